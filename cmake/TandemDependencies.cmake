@@ -1,0 +1,51 @@
+# Finds the Debian packages DESIGN.md lists; nothing is downloaded at build time.
+# tools/scripts/install_deps.sh installs whatever is missing.
+
+find_package(Threads REQUIRED)
+find_package(fmt REQUIRED)
+find_package(spdlog REQUIRED)
+find_package(yaml-cpp REQUIRED)
+# Debian's dnnl-config.cmake insists on OpenCL (its GPU runtime), which the CPU backend does
+# not use: find the library and header directly instead.
+find_library(TANDEM_DNNL_LIBRARY NAMES dnnl REQUIRED)
+find_path(TANDEM_DNNL_INCLUDE_DIR NAMES dnnl.hpp REQUIRED)
+add_library(DNNL::dnnl UNKNOWN IMPORTED)
+set_target_properties(DNNL::dnnl PROPERTIES IMPORTED_LOCATION ${TANDEM_DNNL_LIBRARY}
+  INTERFACE_INCLUDE_DIRECTORIES ${TANDEM_DNNL_INCLUDE_DIR})
+find_package(OpenMP REQUIRED)
+find_package(ZLIB REQUIRED)
+find_package(Protobuf REQUIRED)
+find_package(CLI11 REQUIRED)
+if(TANDEM_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+endif()
+if(TANDEM_BUILD_BENCH)
+  find_package(benchmark REQUIRED)
+endif()
+
+# CUDA: the toolkit where CUDA_HOME points (or nvcc on PATH). Without it the CUDA
+# plugin is skipped and everything else builds and runs on the CPU.
+if(TANDEM_WITH_CUDA)
+  if(NOT CMAKE_CUDA_COMPILER)
+    if(DEFINED ENV{CUDA_HOME} AND EXISTS "$ENV{CUDA_HOME}/bin/nvcc")
+      set(CMAKE_CUDA_COMPILER "$ENV{CUDA_HOME}/bin/nvcc")
+    endif()
+  endif()
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      # Volta to Hopper, plus PTX for newer cards.
+      set(CMAKE_CUDA_ARCHITECTURES 75 80 86 90)
+    endif()
+    enable_language(CUDA)
+    find_package(CUDAToolkit REQUIRED)
+    set(TANDEM_HAVE_CUDA ON)
+    message(STATUS "Tandem: CUDA ${CUDAToolkit_VERSION} at ${CUDAToolkit_LIBRARY_ROOT}; building the CUDA plugin")
+  else()
+    set(TANDEM_HAVE_CUDA OFF)
+    message(STATUS "Tandem: no CUDA toolkit found (set CUDA_HOME); the CUDA plugin is not built")
+  endif()
+else()
+  set(TANDEM_HAVE_CUDA OFF)
+endif()

@@ -1,0 +1,42 @@
+# Warnings-as-errors and sanitizer flags, applied to our own targets only
+# (third-party headers come in as SYSTEM includes and are not judged).
+
+function(tandem_target_options target)
+  target_compile_options(${target} PRIVATE
+    $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Werror -Wshadow -Wnon-virtual-dtor
+      -Wno-error=deprecated-declarations>)
+  target_include_directories(${target} PUBLIC ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
+  if(TANDEM_SANITIZE)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-fsanitize=${TANDEM_SANITIZE} -fno-omit-frame-pointer -fno-sanitize-recover=undefined>)
+    target_link_options(${target} PRIVATE -fsanitize=${TANDEM_SANITIZE})
+  endif()
+endfunction()
+
+# A library target for one folder of the layout.
+function(tandem_library target)
+  cmake_parse_arguments(ARG "" "" "SOURCES;LINKS" ${ARGN})
+  add_library(${target} STATIC ${ARG_SOURCES})
+  tandem_target_options(${target})
+  if(ARG_LINKS)
+    target_link_libraries(${target} PUBLIC ${ARG_LINKS})
+  endif()
+endfunction()
+
+# A library made of every .cpp in the folder given (and its listed sub-folders), so adding a
+# file needs no CMake edit. DIRS: sub-folders to include besides the folder itself.
+function(tandem_folder_library target)
+  cmake_parse_arguments(ARG "" "" "DIRS;LINKS" ${ARGN})
+  set(patterns ${CMAKE_CURRENT_SOURCE_DIR}/*.cpp)
+  foreach(dir ${ARG_DIRS})
+    list(APPEND patterns ${CMAKE_CURRENT_SOURCE_DIR}/${dir}/*.cpp)
+  endforeach()
+  file(GLOB sources CONFIGURE_DEPENDS ${patterns})
+  if(NOT sources)
+    # A folder with no code yet still is a target, so the folders above can name it.
+    add_library(${target} INTERFACE)
+    target_include_directories(${target} INTERFACE ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
+    target_link_libraries(${target} INTERFACE ${ARG_LINKS})
+    return()
+  endif()
+  tandem_library(${target} SOURCES ${sources} LINKS ${ARG_LINKS})
+endfunction()

@@ -1,0 +1,107 @@
+// The kernel table a device fills in. Each entry gets validated, preallocated tensors on the
+// context's device (ops.h checks shapes, dtypes and devices once, then calls the entry); a null
+// entry means the device does not provide the op, and ops.h reports Unimplemented(op, device).
+// Layout: 4-D tensors are logical (N, C, H, W) in either memory format; outputs take x's format.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "engine/core/context.h"
+#include "engine/core/tensor.h"
+
+namespace tandem::backend {
+
+struct Conv2dParams {
+  std::array<int64_t, 2> stride{1, 1};
+  std::array<int64_t, 2> padding{0, 0};
+  std::array<int64_t, 2> dilation{1, 1};
+  int64_t groups = 1;
+};
+
+struct Pool2dParams {
+  std::array<int64_t, 2> kernel{2, 2};
+  std::array<int64_t, 2> stride{2, 2};
+  std::array<int64_t, 2> padding{0, 0};
+  bool count_include_pad = true;  // average pooling only, as PyTorch's AvgPool2d default
+};
+
+struct BatchNormParams {
+  float eps = 1e-5f;
+  float momentum = 0.1f;   // running = (1 - momentum) * running + momentum * batch statistic
+  bool fuse_relu = false;  // y = relu(bn(x)); backward masks dy by y > 0 itself
+};
+
+// What training-mode batch norm keeps for its backward pass.
+struct BatchNormSaved {
+  Tensor mean;    // (C) f32, the batch mean
+  Tensor invstd;  // (C) f32, 1 / sqrt(biased batch variance + eps)
+  Tensor workspace;  // backend-defined (for example the fused ReLU mask); may be undefined
+};
+
+using Ctx = ExecutionContext;
+
+struct KernelTable {
+  // (N, C, H, W) x, (K, C / groups, R, S) w, (K) b or undefined -> (N, K, P, Q) y
+  void (*conv2d_forward)(Ctx&, const Conv2dParams&, const Tensor& x, const Tensor& w, const Tensor& b,
+                         Tensor& y) = nullptr;
+  void (*conv2d_backward_data)(Ctx&, const Conv2dParams&, const Tensor& dy, const Tensor& w, Tensor& dx) = nullptr;
+  // db may be undefined when the convolution has no bias.
+  void (*conv2d_backward_weights)(Ctx&, const Conv2dParams&, const Tensor& x, const Tensor& dy, Tensor& dw,
+                                  Tensor& db) = nullptr;
+
+  // Updates running_mean and running_var (unbiased variance) in place, as cuDNN does.
+  void (*batchnorm_forward_training)(Ctx&, const BatchNormParams&, const Tensor& x, const Tensor& gamma,
+                                     const Tensor& beta, Tensor& running_mean, Tensor& running_var, Tensor& y,
+                                     BatchNormSaved& saved) = nullptr;
+  void (*batchnorm_forward_inference)(Ctx&, const BatchNormParams&, const Tensor& x, const Tensor& gamma,
+                                      const Tensor& beta, const Tensor& running_mean, const Tensor& running_var,
+                                      Tensor& y) = nullptr;
+  // y is the forward output (needed for the fused ReLU's mask).
+  void (*batchnorm_backward)(Ctx&, const BatchNormParams&, const Tensor& x, const Tensor& y, const Tensor& dy,
+                             const Tensor& gamma, const BatchNormSaved& saved, Tensor& dx, Tensor& dgamma,
+                             Tensor& dbeta) = nullptr;
+
+  void (*relu_forward)(Ctx&, const Tensor& x, Tensor& y) = nullptr;
+  // dx = dy where y > 0, else 0.
+  void (*relu_backward)(Ctx&, const Tensor& y, const Tensor& dy, Tensor& dx) = nullptr;
+
+  // workspace: backend-defined (for example argmax indices), allocated by the kernel.
+  void (*max_pool2d_forward)(Ctx&, const Pool2dParams&, const Tensor& x, Tensor& y, Tensor& workspace) = nullptr;
+  void (*max_pool2d_backward)(Ctx&, const Pool2dParams&, const Tensor& x, const Tensor& dy,
+                              const Tensor& workspace, Tensor& dx) = nullptr;
+  void (*avg_pool2d_forward)(Ctx&, const Pool2dParams&, const Tensor& x, Tensor& y) = nullptr;
+  void (*avg_pool2d_backward)(Ctx&, const Pool2dParams&, const Tensor& dy, Tensor& dx) = nullptr;
+
+  // (M, K) a (or (K, M) when transpose_a), (K, N) b (or (N, K)) -> (M, N) c = a' b'
+  void (*matmul)(Ctx&, const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b, Tensor& c) = nullptr;
+  // (N, in) x, (out, in) w, (out) b or undefined -> (N, out) y = x w^T + b
+  void (*linear_forward)(Ctx&, const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) = nullptr;
+  // dx = dy w
+  void (*linear_backward_data)(Ctx&, const Tensor& dy, const Tensor& w, Tensor& dx) = nullptr;
+  // dw = dy^T x, db = column sums of dy (db may be undefined)
+  void (*linear_backward_weights)(Ctx&, const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& db) = nullptr;
+
+  // Elementwise over equal shapes and formats (f32).
+  void (*add)(Ctx&, const Tensor& a, const Tensor& b, Tensor& y) = nullptr;       // y = a + b
+  void (*mul)(Ctx&, const Tensor& a, const Tensor& b, Tensor& y) = nullptr;       // y = a * b
+  void (*scale)(Ctx&, const Tensor& x, float alpha, Tensor& y) = nullptr;         // y = alpha x
+  void (*axpy)(Ctx&, float alpha, const Tensor& x, Tensor& y) = nullptr;          // y += alpha x
+  void (*fill)(Ctx&, float value, Tensor& y) = nullptr;
+  // () y = sum of all elements of x, accumulated in double on the CPU
+  void (*sum)(Ctx&, const Tensor& x, Tensor& y) = nullptr;
+
+  // (N, K) logits, (N) i64 labels -> (N) per-example loss, (N, K) softmax probabilities saved.
+  // Target distribution: (1 - s) one-hot + s / K, with s = label_smoothing.
+  void (*softmax_cross_entropy_forward)(Ctx&, const Tensor& logits, const Tensor& labels, float label_smoothing,
+                                        Tensor& loss, Tensor& probs) = nullptr;
+  // dlogits[i] = dloss[i] * (probs[i] - target[i])
+  void (*softmax_cross_entropy_backward)(Ctx&, const Tensor& probs, const Tensor& labels, float label_smoothing,
+                                         const Tensor& dloss, Tensor& dlogits) = nullptr;
+
+  // Inverted dropout: kept elements are scaled by 1 / (1 - p); mask is u8 of x's shape.
+  void (*dropout_forward)(Ctx&, const Tensor& x, float p, Tensor& y, Tensor& mask) = nullptr;
+  void (*dropout_backward)(Ctx&, const Tensor& dy, const Tensor& mask, float p, Tensor& dx) = nullptr;
+};
+
+}  // namespace tandem::backend

@@ -1,0 +1,79 @@
+// The checked entry points to the kernels: each validates its arguments once (naming the op,
+// the argument and both shapes on a mismatch), allocates outputs from the context's device
+// allocator, and calls the kernel table of the context's device.
+#pragma once
+
+#include "engine/backend/kernels.h"
+
+namespace tandem::backend {
+
+// Shapes of outputs, for planning and for tests.
+Shape conv2d_output_shape(const Conv2dParams& p, const Shape& x, const Shape& w);
+Shape pool2d_output_shape(const Pool2dParams& p, const Shape& x);
+
+Tensor conv2d_forward(Ctx&, const Conv2dParams&, const Tensor& x, const Tensor& w, const Tensor& b = {});
+Tensor conv2d_backward_data(Ctx&, const Conv2dParams&, const Tensor& dy, const Tensor& w, const Shape& x_shape);
+struct ConvWeightGrads {
+  Tensor dw, db;  // db undefined when with_bias is false
+};
+ConvWeightGrads conv2d_backward_weights(Ctx&, const Conv2dParams&, const Tensor& x, const Tensor& dy,
+                                        const Shape& w_shape, bool with_bias);
+
+struct BatchNormForward {
+  Tensor y;
+  BatchNormSaved saved;
+};
+BatchNormForward batchnorm_forward_training(Ctx&, const BatchNormParams&, const Tensor& x, const Tensor& gamma,
+                                            const Tensor& beta, Tensor& running_mean, Tensor& running_var);
+Tensor batchnorm_forward_inference(Ctx&, const BatchNormParams&, const Tensor& x, const Tensor& gamma,
+                                   const Tensor& beta, const Tensor& running_mean, const Tensor& running_var);
+struct BatchNormGrads {
+  Tensor dx, dgamma, dbeta;
+};
+BatchNormGrads batchnorm_backward(Ctx&, const BatchNormParams&, const Tensor& x, const Tensor& y,
+                                  const Tensor& dy, const Tensor& gamma, const BatchNormSaved& saved);
+
+Tensor relu_forward(Ctx&, const Tensor& x);
+Tensor relu_backward(Ctx&, const Tensor& y, const Tensor& dy);
+
+struct MaxPoolForward {
+  Tensor y, workspace;
+};
+MaxPoolForward max_pool2d_forward(Ctx&, const Pool2dParams&, const Tensor& x);
+Tensor max_pool2d_backward(Ctx&, const Pool2dParams&, const Tensor& x, const Tensor& dy, const Tensor& workspace);
+Tensor avg_pool2d_forward(Ctx&, const Pool2dParams&, const Tensor& x);
+Tensor avg_pool2d_backward(Ctx&, const Pool2dParams&, const Tensor& dy, const Shape& x_shape);
+// (N, C, H, W) -> (N, C, 1, 1): average pooling over the whole plane.
+Tensor global_avg_pool_forward(Ctx&, const Tensor& x);
+Tensor global_avg_pool_backward(Ctx&, const Tensor& dy, const Shape& x_shape);
+
+Tensor matmul(Ctx&, const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
+Tensor linear_forward(Ctx&, const Tensor& x, const Tensor& w, const Tensor& b = {});
+Tensor linear_backward_data(Ctx&, const Tensor& dy, const Tensor& w);
+struct LinearWeightGrads {
+  Tensor dw, db;  // db undefined when with_bias is false
+};
+LinearWeightGrads linear_backward_weights(Ctx&, const Tensor& x, const Tensor& dy, bool with_bias);
+
+Tensor add(Ctx&, const Tensor& a, const Tensor& b);
+Tensor mul(Ctx&, const Tensor& a, const Tensor& b);
+Tensor scale(Ctx&, const Tensor& x, float alpha);
+void axpy(Ctx&, float alpha, const Tensor& x, Tensor& y);
+void fill(Ctx&, float value, Tensor& y);
+Tensor sum(Ctx&, const Tensor& x);  // shape []
+
+struct SoftmaxCrossEntropyForward {
+  Tensor loss, probs;  // (N), (N, K)
+};
+SoftmaxCrossEntropyForward softmax_cross_entropy_forward(Ctx&, const Tensor& logits, const Tensor& labels,
+                                                         float label_smoothing = 0.0f);
+Tensor softmax_cross_entropy_backward(Ctx&, const Tensor& probs, const Tensor& labels, float label_smoothing,
+                                      const Tensor& dloss);
+
+struct DropoutForward {
+  Tensor y, mask;
+};
+DropoutForward dropout_forward(Ctx&, const Tensor& x, float p);
+Tensor dropout_backward(Ctx&, const Tensor& dy, const Tensor& mask, float p);
+
+}  // namespace tandem::backend

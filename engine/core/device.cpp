@@ -1,0 +1,99 @@
+#include "engine/core/device.h"
+
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "engine/core/error.h"
+
+namespace tandem {
+namespace {
+
+class CpuStream final : public Stream {
+ public:
+  Device device() const override { return Device::cpu(); }
+  void synchronize() override {}
+  void* native_handle() override { return nullptr; }
+};
+
+class CpuEvent final : public Event {
+ public:
+  void record(Stream&) override {}
+  void wait(Stream&) override {}
+  void synchronize() override {}
+  bool query() override { return true; }
+};
+
+class CpuDeviceServices final : public DeviceServices {
+ public:
+  static constexpr size_t kAlignment = 64;  // a cache line, and oneDNN's preferred alignment
+
+  DeviceType type() const override { return DeviceType::kCpu; }
+  int device_count() const override { return 1; }
+  void* raw_allocate(int, size_t bytes) override {
+    size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    void* ptr = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
+    TANDEM_CHECK(ptr != nullptr, ErrorCode::kResourceExhausted, "cpu: out of memory allocating {} bytes",
+                 bytes);
+    return ptr;
+  }
+  void raw_free(int, void* ptr, size_t) noexcept override { std::free(ptr); }
+  void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes, Stream*) override {
+    TANDEM_CHECK(dst_device.is_cpu() && src_device.is_cpu(), ErrorCode::kInvalidArgument,
+                 "cpu services cannot copy from {} to {}", src_device.str(), dst_device.str());
+    if (bytes > 0) std::memcpy(dst, src, bytes);
+  }
+  std::unique_ptr<Stream> create_stream(int) override { return std::make_unique<CpuStream>(); }
+  std::unique_ptr<Event> create_event(int) override { return std::make_unique<CpuEvent>(); }
+  void synchronize(int) override {}
+};
+
+std::mutex registry_mutex;
+std::shared_ptr<DeviceServices> cuda_services;
+
+}  // namespace
+
+std::string_view device_type_name(DeviceType type) { return type == DeviceType::kCpu ? "cpu" : "cuda"; }
+
+Device Device::parse(std::string_view text) {
+  if (text == "cpu") return cpu();
+  if (text == "cuda") return cuda(0);
+  if (text.starts_with("cuda:")) {
+    std::string_view digits = text.substr(5);
+    int index = -1;
+    auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
+    if (ec == std::errc() && end == digits.data() + digits.size() && index >= 0) return cuda(index);
+  }
+  throw_error(ErrorCode::kInvalidArgument, "cannot parse device '{}': expected cpu, cuda or cuda:N", text);
+}
+
+std::string Device::str() const { return is_cpu() ? "cpu" : fmt::format("cuda:{}", index); }
+
+DeviceServices& cpu_device_services() {
+  static CpuDeviceServices services;
+  return services;
+}
+
+void register_device_services(std::shared_ptr<DeviceServices> services) {
+  TANDEM_CHECK(services && services->type() == DeviceType::kCuda, ErrorCode::kInvalidArgument,
+               "only CUDA device services can be registered; the CPU's are built in");
+  std::lock_guard lock(registry_mutex);
+  cuda_services = std::move(services);
+}
+
+bool has_device_services(DeviceType type) {
+  if (type == DeviceType::kCpu) return true;
+  std::lock_guard lock(registry_mutex);
+  return cuda_services != nullptr;
+}
+
+DeviceServices& device_services(DeviceType type) {
+  if (type == DeviceType::kCpu) return cpu_device_services();
+  std::lock_guard lock(registry_mutex);
+  TANDEM_CHECK(cuda_services != nullptr, ErrorCode::kUnavailable,
+               "no CUDA device services: the CUDA backend plugin is not loaded (run `trainer doctor` to see why)");
+  return *cuda_services;
+}
+
+}  // namespace tandem

@@ -1,0 +1,71 @@
+// Devices and the small set of services each kind of device provides: raw memory,
+// copies, streams and events. Kernels live elsewhere (engine/backend).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace tandem {
+
+enum class DeviceType { kCpu, kCuda };
+
+struct Device {
+  DeviceType type = DeviceType::kCpu;
+  int index = 0;
+
+  static Device cpu() { return {DeviceType::kCpu, 0}; }
+  static Device cuda(int index) { return {DeviceType::kCuda, index}; }
+  static Device parse(std::string_view text);  // "cpu", "cuda", "cuda:1"
+  bool is_cpu() const { return type == DeviceType::kCpu; }
+  std::string str() const;  // "cpu", "cuda:1"
+  friend bool operator==(const Device&, const Device&) = default;
+};
+
+std::string_view device_type_name(DeviceType type);
+
+// An ordered queue of device work. On the CPU work runs at once and the stream is a no-op.
+class Stream {
+ public:
+  virtual ~Stream() = default;
+  virtual Device device() const = 0;
+  virtual void synchronize() = 0;
+  virtual void* native_handle() = 0;  // cudaStream_t on CUDA, nullptr on the CPU
+};
+
+// A marker in a stream that another stream or the host can wait for.
+class Event {
+ public:
+  virtual ~Event() = default;
+  virtual void record(Stream& stream) = 0;
+  virtual void wait(Stream& stream) = 0;  // stream waits for this event, host does not block
+  virtual void synchronize() = 0;         // host blocks until the event has happened
+  virtual bool query() = 0;               // true once the event has happened
+};
+
+class DeviceServices {
+ public:
+  virtual ~DeviceServices() = default;
+  virtual DeviceType type() const = 0;
+  virtual int device_count() const = 0;
+  // System-level allocation; the caching allocator sits on top and calls these rarely.
+  virtual void* raw_allocate(int device, size_t bytes) = 0;
+  virtual void raw_free(int device, void* ptr, size_t bytes) noexcept = 0;
+  // Copies between this device and the host or within this device. With a stream the copy
+  // is ordered on it (and asynchronous on devices that allow it); without, it is synchronous.
+  virtual void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes,
+                    Stream* stream) = 0;
+  virtual std::unique_ptr<Stream> create_stream(int device) = 0;
+  virtual std::unique_ptr<Event> create_event(int device) = 0;
+  virtual void synchronize(int device) = 0;
+};
+
+// The CPU's services are always there; others are registered by engine/backend at start.
+DeviceServices& cpu_device_services();
+void register_device_services(std::shared_ptr<DeviceServices> services);
+bool has_device_services(DeviceType type);
+// Throws Unavailable, naming the device type, when no such services were registered.
+DeviceServices& device_services(DeviceType type);
+
+}  // namespace tandem

@@ -1,0 +1,102 @@
+// Tensor: a shape, a dtype, a device and a memory format over contiguous storage that is
+// shared by reference. The shape is always logical (N, C, H, W for images); the memory
+// format says how it lies in memory (NCHW or NHWC). Copies between devices are explicit.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/core/device.h"
+#include "engine/core/dtype.h"
+#include "engine/core/error.h"
+#include "engine/core/shape.h"
+
+namespace tandem {
+
+class CachingAllocator;
+
+enum class MemoryFormat : uint8_t {
+  kContiguous,  // row-major in the order of the shape (NCHW for 4-D)
+  kChannelsLast,  // 4-D only: physical order N, H, W, C
+};
+
+std::string_view memory_format_name(MemoryFormat format);
+
+// Device memory owned through the device's caching allocator, or borrowed from outside.
+class Storage {
+ public:
+  Storage(CachingAllocator& allocator, size_t bytes);
+  Storage(void* external, size_t bytes, Device device);  // borrowed: never freed by us
+  ~Storage();
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+
+  void* data() const { return data_; }
+  size_t bytes() const { return bytes_; }
+  Device device() const { return device_; }
+
+ private:
+  CachingAllocator* allocator_ = nullptr;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+  Device device_;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;  // undefined: holds no storage
+
+  static Tensor empty(const Shape& shape, DType dtype = DType::kF32, Device device = Device::cpu(),
+                      MemoryFormat format = MemoryFormat::kContiguous);
+  static Tensor zeros(const Shape& shape, DType dtype = DType::kF32, Device device = Device::cpu(),
+                      MemoryFormat format = MemoryFormat::kContiguous);
+  // A CPU f32 tensor holding a copy of values; values.size() must equal shape.numel().
+  static Tensor from_vector(const std::vector<float>& values, const Shape& shape);
+  // Wraps memory owned by someone else (a pinned buffer, a mapped file); it must outlive the tensor.
+  static Tensor borrow(void* data, const Shape& shape, DType dtype, Device device,
+                       MemoryFormat format = MemoryFormat::kContiguous);
+
+  bool defined() const { return storage_ != nullptr; }
+  const Shape& shape() const { return shape_; }
+  int rank() const { return shape_.rank(); }
+  int64_t dim(int i) const { return shape_[i]; }
+  int64_t numel() const { return shape_.numel(); }
+  DType dtype() const { return dtype_; }
+  Device device() const;
+  MemoryFormat format() const { return format_; }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
+
+  void* raw_data() const;
+  template <typename T>
+  T* data() const {
+    TANDEM_CHECK(DTypeOf<T>::value == dtype_, ErrorCode::kInvalidArgument,
+                 "tensor {} accessed as {}", describe(), dtype_name(DTypeOf<T>::value));
+    return static_cast<T*>(raw_data());
+  }
+
+  // Explicit copies. `to` returns this tensor when it already is on the device.
+  Tensor to(Device device, Stream* stream = nullptr) const;
+  Tensor clone() const;
+  void copy_from(const Tensor& src, Stream* stream = nullptr);
+  // The same storage seen with another shape of the same element count (contiguous only).
+  Tensor reshape(const Shape& shape) const;
+  // The same values laid out in another memory format (a copy; CPU only).
+  Tensor to_format(MemoryFormat format) const;
+  // Fills with zeros on any device.
+  void zero_();
+  // CPU f32 values as a vector, in logical (NCHW) order whatever the memory format.
+  std::vector<float> to_vector() const;
+
+  bool shares_storage_with(const Tensor& other) const { return storage_ == other.storage_; }
+  std::string describe() const;  // "f32[2, 3] cpu"
+
+ private:
+  std::shared_ptr<Storage> storage_;
+  Shape shape_;
+  DType dtype_ = DType::kF32;
+  MemoryFormat format_ = MemoryFormat::kContiguous;
+};
+
+}  // namespace tandem

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs the Debian packages Tandem builds, tests and trains with, only those missing.
+# Safe to run twice: when everything is present it touches nothing and needs no network.
+set -euo pipefail
+
+packages=(
+  cmake ninja-build g++ pkg-config
+  libyaml-cpp-dev libspdlog-dev libfmt-dev
+  libprotobuf-dev protobuf-compiler
+  libdnnl-dev libturbojpeg0-dev libpng-dev zlib1g-dev libisal-dev
+  libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
+  dataset-fashion-mnist
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install_deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "install_deps: installing ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+$SUDO apt-get update -q
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

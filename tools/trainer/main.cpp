@@ -1,0 +1,30 @@
+// The `trainer` binary: one entry point with verbs (doctor, inspect, convert, ...).
+// This is the only place that catches tandem::Error, prints it and picks the exit code:
+// 0 success, 1 a failure the message explains, 2 a usage error.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <string>
+
+#include "engine/core/error.h"
+#include "tools/trainer/verbs.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"Tandem: mirrored data-parallel training on 1 to 8 GPUs (or the CPU)", "trainer"};
+  app.require_subcommand(1);
+  int exit_code = 0;
+  tandem::tools::add_version_verb(app, exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  } catch (const tandem::Error& e) {
+    std::fprintf(stderr, "error [%s]: %s\n", std::string(tandem::error_code_name(e.code())).c_str(), e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error [Internal]: %s\n", e.what());
+    return 1;
+  }
+  return exit_code;
+}

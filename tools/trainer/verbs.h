@@ -1,0 +1,11 @@
+// The verbs of the `trainer` binary. Each verb file defines one add_*_verb function that adds
+// its subcommand with its options, and a callback that runs it and stores its exit status.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace tandem::tools {
+
+void add_version_verb(CLI::App& app, int& exit_code);
+
+}  // namespace tandem::tools
