@@ -1,0 +1,94 @@
+// The backward pass: order the recorded graph, run each node's backward once every gradient
+// of its output has arrived, and tell each leaf the moment its gradient is final, so a
+// data-parallel reducer can start reducing it while backward goes on.
+#include <algorithm>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "engine/autograd/variable.h"
+#include "engine/backend/ops.h"
+
+namespace tandem::autograd {
+namespace {
+
+// Topological order of the recorded variables reachable from root (root first), and for
+// each variable the number of its uses as an input within that graph.
+void order_graph(VariableData* root, std::vector<VariableData*>& order, std::unordered_map<VariableData*, int>& uses) {
+  std::vector<std::pair<VariableData*, size_t>> stack{{root, 0}};
+  std::unordered_set<VariableData*> visited{root};
+  while (!stack.empty()) {
+    auto& [v, next] = stack.back();
+    if (v->grad_fn && next < v->grad_fn->inputs.size()) {
+      VariableData* in = v->grad_fn->inputs[next++].data();
+      if (!in->requires_grad) continue;
+      ++uses[in];
+      if (visited.insert(in).second) stack.push_back({in, 0});
+      continue;
+    }
+    order.push_back(v);
+    stack.pop_back();
+  }
+  std::reverse(order.begin(), order.end());
+}
+
+Tensor accumulate(ExecutionContext& ctx, const Tensor& existing, const Tensor& incoming) {
+  if (!existing.defined()) return incoming;
+  // Not in place: `existing` may be the very tensor another variable holds as its gradient.
+  return backend::add(ctx, existing, incoming);
+}
+
+}  // namespace
+
+void Variable::backward(ExecutionContext* ctx_in) {
+  TANDEM_CHECK(requires_grad(), ErrorCode::kFailedPrecondition,
+               "backward on a value that requires no gradient ({}): nothing in its graph is a parameter",
+               value().describe());
+  TANDEM_CHECK(value().numel() == 1, ErrorCode::kInvalidArgument,
+               "backward needs a scalar loss, got {}; reduce it first (sum or mean)", value().describe());
+  std::optional<ExecutionContext> own_ctx;
+  if (ctx_in == nullptr) own_ctx.emplace(value().device(), 1);
+  ExecutionContext& ctx = ctx_in ? *ctx_in : *own_ctx;
+
+  std::vector<VariableData*> order;
+  std::unordered_map<VariableData*, int> uses;
+  order_graph(data_.get(), order, uses);
+
+  Tensor seed = Tensor::empty(value().shape(), DType::kF32, value().device());
+  backend::fill(ctx, 1.0f, seed);
+  std::unordered_map<VariableData*, Tensor> pending{{data_.get(), seed}};
+  if (is_leaf()) {
+    data_->grad = accumulate(ctx, data_->grad, seed);
+    for (auto& hook : data_->grad_ready_hooks) hook(*this);
+    return;
+  }
+
+  for (VariableData* v : order) {
+    if (!v->grad_fn) continue;  // leaves were finished as their last gradient arrived
+    Tensor dy = std::move(pending[v]);
+    pending.erase(v);
+    std::shared_ptr<Node> node = std::move(v->grad_fn);  // frees the node's saved tensors when done
+    std::vector<Tensor> dxs = node->backward(dy);
+    TANDEM_CHECK(dxs.size() == node->inputs.size(), ErrorCode::kInternal,
+                 "backward of {} returned {} gradients for {} inputs", node->op, dxs.size(), node->inputs.size());
+    for (size_t i = 0; i < dxs.size(); ++i) {
+      Variable& input = node->inputs[i];
+      VariableData* in = input.data();
+      if (!in->requires_grad) continue;
+      if (dxs[i].defined()) {
+        TANDEM_CHECK(dxs[i].shape() == in->value.shape(), ErrorCode::kInternal,
+                     "backward of {}: gradient {} for input {} of shape {}", node->op, dxs[i].shape().str(), i,
+                     in->value.shape().str());
+        pending[in] = accumulate(ctx, pending[in], dxs[i]);
+      }
+      if (--uses[in] == 0 && !in->grad_fn) {
+        // The last use of this leaf has sent its part: its gradient for this pass is final.
+        if (pending[in].defined()) in->grad = accumulate(ctx, in->grad, pending[in]);
+        pending.erase(in);
+        for (auto& hook : in->grad_ready_hooks) hook(input);
+      }
+    }
+  }
+}
+
+}  // namespace tandem::autograd

@@ -1,0 +1,51 @@
+// Differentiable convolution and pooling.
+#include "engine/autograd/ops.h"
+#include "engine/backend/ops.h"
+
+namespace tandem::autograd {
+
+Variable conv2d(ExecutionContext& ctx, const Variable& x, const Variable& w, const Variable& b,
+                const Conv2dParams& params) {
+  Tensor bias = b.defined() ? b.value() : Tensor();
+  Tensor y = backend::conv2d_forward(ctx, params, x.value(), w.value(), bias);
+  std::vector<Variable> inputs{x, w};
+  if (b.defined()) inputs.push_back(b);
+  Tensor xv = x.value(), wv = w.value();
+  bool need_dx = x.requires_grad(), with_bias = b.defined();
+  return make_op("conv2d", std::move(y), std::move(inputs),
+                 [&ctx, params, xv, wv, need_dx, with_bias](const Tensor& dy) {
+                   std::vector<Tensor> grads;
+                   grads.push_back(need_dx ? backend::conv2d_backward_data(ctx, params, dy, wv, xv.shape()) : Tensor());
+                   backend::ConvWeightGrads g =
+                       backend::conv2d_backward_weights(ctx, params, xv, dy, wv.shape(), with_bias);
+                   grads.push_back(std::move(g.dw));
+                   if (with_bias) grads.push_back(std::move(g.db));
+                   return grads;
+                 });
+}
+
+Variable max_pool2d(ExecutionContext& ctx, const Variable& x, const Pool2dParams& params) {
+  backend::MaxPoolForward f = backend::max_pool2d_forward(ctx, params, x.value());
+  Tensor xv = x.value(), workspace = f.workspace;
+  return make_op("max_pool2d", std::move(f.y), {x}, [&ctx, params, xv, workspace](const Tensor& dy) {
+    return std::vector<Tensor>{backend::max_pool2d_backward(ctx, params, xv, dy, workspace)};
+  });
+}
+
+Variable avg_pool2d(ExecutionContext& ctx, const Variable& x, const Pool2dParams& params) {
+  Tensor y = backend::avg_pool2d_forward(ctx, params, x.value());
+  Shape x_shape = x.shape();
+  return make_op("avg_pool2d", std::move(y), {x}, [&ctx, params, x_shape](const Tensor& dy) {
+    return std::vector<Tensor>{backend::avg_pool2d_backward(ctx, params, dy, x_shape)};
+  });
+}
+
+Variable global_avg_pool(ExecutionContext& ctx, const Variable& x) {
+  Tensor y = backend::global_avg_pool_forward(ctx, x.value());
+  Shape x_shape = x.shape();
+  return make_op("global_avg_pool", std::move(y), {x}, [&ctx, x_shape](const Tensor& dy) {
+    return std::vector<Tensor>{backend::global_avg_pool_backward(ctx, dy, x_shape)};
+  });
+}
+
+}  // namespace tandem::autograd

@@ -1,0 +1,48 @@
+#include "engine/autograd/variable.h"
+
+namespace tandem::autograd {
+namespace {
+thread_local bool grad_mode = true;
+}  // namespace
+
+Variable::Variable(Tensor value, bool requires_grad, std::string name) : data_(std::make_shared<VariableData>()) {
+  data_->value = std::move(value);
+  data_->requires_grad = requires_grad;
+  data_->name = std::move(name);
+}
+
+const Tensor& Variable::grad() const {
+  TANDEM_CHECK(data_->grad.defined(), ErrorCode::kFailedPrecondition,
+               "variable '{}' ({}) has no gradient: it requires none, or backward has not reached it", data_->name,
+               data_->value.describe());
+  return data_->grad;
+}
+
+void Variable::register_grad_ready_hook(std::function<void(Variable&)> hook) {
+  TANDEM_CHECK(is_leaf() && requires_grad(), ErrorCode::kInvalidArgument,
+               "grad-ready hooks go on leaves that require a gradient; '{}' is not one", data_->name);
+  data_->grad_ready_hooks.push_back(std::move(hook));
+}
+
+Variable make_op(std::string op, Tensor y, std::vector<Variable> inputs, BackwardFn backward) {
+  bool needs_grad = false;
+  if (grad_mode) {
+    for (const Variable& in : inputs) needs_grad = needs_grad || in.requires_grad();
+  }
+  Variable out(std::move(y), needs_grad);
+  if (needs_grad) {
+    auto node = std::make_shared<Node>();
+    node->op = std::move(op);
+    node->inputs = std::move(inputs);
+    node->backward = std::move(backward);
+    out.data_->grad_fn = std::move(node);
+  }
+  return out;
+}
+
+bool grad_enabled() { return grad_mode; }
+
+NoGradGuard::NoGradGuard() : previous_(grad_mode) { grad_mode = false; }
+NoGradGuard::~NoGradGuard() { grad_mode = previous_; }
+
+}  // namespace tandem::autograd

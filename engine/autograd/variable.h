@@ -1,0 +1,91 @@
+// Variables of the autograd tape: a tensor value, its gradient, and (for results of ops) the
+// recorded node that knows how to send a gradient back to the op's inputs.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/core/context.h"
+#include "engine/core/tensor.h"
+
+namespace tandem::autograd {
+
+class Variable;
+
+// Given the gradient of an op's output, returns the gradient of each input, in the order the
+// inputs were recorded; an undefined tensor means "no gradient for this input".
+using BackwardFn = std::function<std::vector<Tensor>(const Tensor& dy)>;
+
+struct Node {
+  std::string op;                 // for error messages: "conv2d", "linear", ...
+  std::vector<Variable> inputs;   // the op's inputs, held so the graph stays alive until backward
+  BackwardFn backward;
+};
+
+struct VariableData {
+  Tensor value;
+  Tensor grad;
+  bool requires_grad = false;
+  std::shared_ptr<Node> grad_fn;  // null for leaves (parameters, inputs)
+  std::string name;               // set for parameters, used by hooks and error messages
+  std::vector<std::function<void(class Variable&)>> grad_ready_hooks;
+};
+
+class Variable {
+ public:
+  Variable() = default;
+  explicit Variable(Tensor value, bool requires_grad = false, std::string name = {});
+
+  bool defined() const { return data_ != nullptr; }
+  const Tensor& value() const { return data_->value; }
+  Tensor& value() { return data_->value; }  // in-place updates (optimizers) go through this
+  const Shape& shape() const { return data_->value.shape(); }
+  bool requires_grad() const { return data_ && data_->requires_grad; }
+  bool is_leaf() const { return data_->grad_fn == nullptr; }
+  const std::string& name() const { return data_->name; }
+
+  bool has_grad() const { return data_->grad.defined(); }
+  const Tensor& grad() const;  // throws FailedPrecondition when there is none
+  void set_grad(Tensor grad) { data_->grad = std::move(grad); }
+  void zero_grad() { data_->grad = Tensor(); }
+
+  // Runs backward from this scalar (one element) with seed gradient 1. Gradient sums run on
+  // ctx (its device and stream); without one, on a context for the loss's device.
+  void backward(ExecutionContext* ctx = nullptr);
+
+  // hook(v) runs once per backward pass, on the backward thread, as soon as this leaf's
+  // gradient for the pass is complete (no later op can add to it). Used to overlap all-reduce.
+  void register_grad_ready_hook(std::function<void(Variable&)> hook);
+
+  // The same value, cut from the graph: no gradient flows through it.
+  Variable detach() const { return Variable(data_->value, false); }
+
+  VariableData* data() const { return data_.get(); }
+  bool same_as(const Variable& other) const { return data_ == other.data_; }
+
+ private:
+  friend Variable make_op(std::string, Tensor, std::vector<Variable>, BackwardFn);
+  std::shared_ptr<VariableData> data_;
+};
+
+// Records an op: y computed from inputs, with its backward function. When grad mode is off or
+// no input requires a gradient, y comes back as a plain value and nothing is recorded. This is
+// also how a custom op with a hand-written backward joins the tape.
+Variable make_op(std::string op, Tensor y, std::vector<Variable> inputs, BackwardFn backward);
+
+// Grad mode is per thread, so each replica thread controls its own.
+bool grad_enabled();
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+}  // namespace tandem::autograd

@@ -1,0 +1,37 @@
+// BatchNorm2d: per-replica batch statistics in training, running statistics in eval,
+// with PyTorch's buffers (running_mean, running_var, num_batches_tracked).
+#include "engine/nn/init.h"
+#include "engine/nn/layers.h"
+
+namespace tandem::nn {
+
+BatchNorm2d::BatchNorm2d(int64_t num_features, float eps, float momentum, bool fuse_relu) {
+  TANDEM_CHECK(num_features > 0, ErrorCode::kInvalidArgument, "BatchNorm2d: num_features must be positive, got {}",
+               num_features);
+  params_.eps = eps;
+  params_.momentum = momentum;
+  params_.fuse_relu = fuse_relu;
+  Tensor gamma = Tensor::empty({num_features});
+  Tensor beta = Tensor::empty({num_features});
+  init::constant(gamma, 1.0f);
+  init::constant(beta, 0.0f);
+  weight_ = register_parameter("weight", gamma);
+  bias_ = register_parameter("bias", beta);
+  Tensor mean = Tensor::zeros({num_features});
+  Tensor var = Tensor::empty({num_features});
+  init::constant(var, 1.0f);
+  running_mean_ = &register_buffer("running_mean", mean);
+  running_var_ = &register_buffer("running_var", var);
+  num_batches_tracked_ = &register_buffer("num_batches_tracked", Tensor::zeros({}, DType::kI64));
+}
+
+Variable BatchNorm2d::forward(ExecutionContext& ctx, const Variable& x) {
+  if (!is_training()) {
+    Variable y = autograd::batch_norm_inference(ctx, x, weight_, bias_, *running_mean_, *running_var_, params_);
+    return params_.fuse_relu ? autograd::relu(ctx, y) : y;
+  }
+  if (num_batches_tracked_->device().is_cpu()) ++num_batches_tracked_->data<int64_t>()[0];
+  return autograd::batch_norm_training(ctx, x, weight_, bias_, *running_mean_, *running_var_, params_);
+}
+
+}  // namespace tandem::nn

@@ -1,0 +1,112 @@
+// The standard layers, with PyTorch's constructor arguments and parameter names, so a model
+// written here has torchvision's state_dict names ("conv1.weight", "bn1.running_mean", ...).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "engine/autograd/ops.h"
+#include "engine/nn/module.h"
+
+namespace tandem::nn {
+
+struct Conv2dOptions {
+  int64_t in_channels = 0, out_channels = 0;
+  int64_t kernel_size = 3, stride = 1, padding = 0, dilation = 1, groups = 1;
+  bool bias = true;
+};
+
+class Conv2d : public Module {
+ public:
+  explicit Conv2d(const Conv2dOptions& options);
+  Variable forward(ExecutionContext& ctx, const Variable& x) override;  // (N, C, H, W) -> (N, K, P, Q)
+  Variable& weight() { return weight_; }
+
+ private:
+  autograd::Conv2dParams params_;
+  Variable weight_, bias_;
+};
+
+class BatchNorm2d : public Module {
+ public:
+  // fuse_relu: return relu(bn(x)) in one kernel, as a BatchNorm followed by ReLU would.
+  explicit BatchNorm2d(int64_t num_features, float eps = 1e-5f, float momentum = 0.1f, bool fuse_relu = false);
+  Variable forward(ExecutionContext& ctx, const Variable& x) override;
+  Variable& weight() { return weight_; }
+  Variable& bias() { return bias_; }
+
+ private:
+  autograd::BatchNormParams params_;
+  Variable weight_, bias_;
+  Tensor* running_mean_;
+  Tensor* running_var_;
+  Tensor* num_batches_tracked_;  // i64 scalar, as PyTorch's buffer of that name
+};
+
+class Linear : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, bool bias = true);
+  Variable forward(ExecutionContext& ctx, const Variable& x) override;  // (N, in) -> (N, out)
+
+ private:
+  Variable weight_, bias_;
+};
+
+class ReLU : public Module {
+ public:
+  Variable forward(ExecutionContext& ctx, const Variable& x) override;
+};
+
+class MaxPool2d : public Module {
+ public:
+  MaxPool2d(int64_t kernel_size, int64_t stride, int64_t padding = 0);
+  Variable forward(ExecutionContext& ctx, const Variable& x) override;
+
+ private:
+  autograd::Pool2dParams params_;
+};
+
+class AvgPool2d : public Module {
+ public:
+  AvgPool2d(int64_t kernel_size, int64_t stride, int64_t padding = 0, bool count_include_pad = true);
+  Variable forward(ExecutionContext& ctx, const Variable& x) override;
+
+ private:
+  autograd::Pool2dParams params_;
+};
+
+// AdaptiveAvgPool2d with output size 1: (N, C, H, W) -> (N, C, 1, 1).
+class AdaptiveAvgPool2d : public Module {
+ public:
+  explicit AdaptiveAvgPool2d(int64_t output_size = 1);
+  Variable forward(ExecutionContext& ctx, const Variable& x) override;
+};
+
+class Flatten : public Module {
+ public:
+  Variable forward(ExecutionContext& ctx, const Variable& x) override;  // (N, ...) -> (N, rest)
+};
+
+class Dropout : public Module {
+ public:
+  explicit Dropout(float p = 0.5f);
+  Variable forward(ExecutionContext& ctx, const Variable& x) override;  // identity in eval mode
+
+ private:
+  float p_;
+};
+
+// Children named "0", "1", ... as torch.nn.Sequential names them.
+class Sequential : public Module {
+ public:
+  Sequential() = default;
+  explicit Sequential(std::vector<std::shared_ptr<Module>> modules);
+  void push_back(std::shared_ptr<Module> module);
+  Variable forward(ExecutionContext& ctx, const Variable& x) override;
+  size_t size() const { return modules_.size(); }
+
+ private:
+  std::vector<std::shared_ptr<Module>> modules_;
+};
+
+}  // namespace tandem::nn

@@ -1,0 +1,109 @@
+#include "engine/nn/module.h"
+
+#include <set>
+
+namespace tandem::nn {
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& [name, child] : children_) child->train(on);
+}
+
+void Module::check_new_name(const std::string& name) const {
+  TANDEM_CHECK(!name.empty() && name.find('.') == std::string::npos, ErrorCode::kInvalidArgument,
+               "module member name '{}' must be non-empty and contain no '.'", name);
+  auto taken = [&](const auto& list) {
+    for (const auto& entry : list) {
+      if (entry.first == name) return true;
+    }
+    return false;
+  };
+  TANDEM_CHECK(!taken(parameters_) && !taken(buffers_) && !taken(children_), ErrorCode::kInvalidArgument,
+               "module member name '{}' is registered twice", name);
+}
+
+Variable& Module::register_parameter(const std::string& name, Tensor value) {
+  check_new_name(name);
+  parameters_.emplace_back(name, std::make_unique<Variable>(std::move(value), true, name));
+  return *parameters_.back().second;
+}
+
+Tensor& Module::register_buffer(const std::string& name, Tensor value) {
+  check_new_name(name);
+  buffers_.emplace_back(name, std::make_unique<Tensor>(std::move(value)));
+  return *buffers_.back().second;
+}
+
+void Module::collect_parameters(const std::string& prefix, std::vector<std::pair<std::string, Variable>>& out) const {
+  for (const auto& [name, p] : parameters_) out.emplace_back(prefix + name, *p);
+  for (const auto& [name, child] : children_) child->collect_parameters(prefix + name + ".", out);
+}
+
+void Module::collect_buffers(const std::string& prefix, std::vector<std::pair<std::string, Tensor*>>& out) {
+  for (auto& [name, b] : buffers_) out.emplace_back(prefix + name, b.get());
+  for (auto& [name, child] : children_) child->collect_buffers(prefix + name + ".", out);
+}
+
+std::vector<std::pair<std::string, Variable>> Module::named_parameters() const {
+  std::vector<std::pair<std::string, Variable>> out;
+  collect_parameters("", out);
+  return out;
+}
+
+std::vector<Variable> Module::parameters() const {
+  std::vector<Variable> out;
+  for (auto& [name, p] : named_parameters()) out.push_back(p);
+  return out;
+}
+
+std::vector<std::pair<std::string, Tensor*>> Module::named_buffers() {
+  std::vector<std::pair<std::string, Tensor*>> out;
+  collect_buffers("", out);
+  return out;
+}
+
+std::map<std::string, Tensor> Module::state_dict() {
+  std::map<std::string, Tensor> out;
+  for (auto& [name, p] : named_parameters()) out.emplace(name, p.value());
+  for (auto& [name, b] : named_buffers()) out.emplace(name, *b);
+  return out;
+}
+
+void Module::load_state_dict(const std::map<std::string, Tensor>& state, bool strict) {
+  std::set<std::string> used;
+  auto load = [&](const std::string& name, Tensor& dst) {
+    auto it = state.find(name);
+    if (it == state.end()) {
+      TANDEM_CHECK(!strict, ErrorCode::kNotFound, "load_state_dict: '{}' is missing from the state", name);
+      return;
+    }
+    TANDEM_CHECK(it->second.shape() == dst.shape() && it->second.dtype() == dst.dtype(), ErrorCode::kInvalidArgument,
+                 "load_state_dict: '{}' is {} in the state but {} in the module", name, it->second.describe(),
+                 dst.describe());
+    Tensor src = it->second.to(dst.device()).to_format(dst.format());
+    dst.copy_from(src);
+    used.insert(name);
+  };
+  for (auto& [name, p] : named_parameters()) load(name, p.value());
+  for (auto& [name, b] : named_buffers()) load(name, *b);
+  if (strict) {
+    for (const auto& [name, t] : state) {
+      TANDEM_CHECK(used.count(name) == 1, ErrorCode::kInvalidArgument,
+                   "load_state_dict: '{}' ({}) is in the state but not in the module", name, t.describe());
+    }
+  }
+}
+
+void Module::zero_grad() {
+  for (auto& [name, p] : named_parameters()) p.zero_grad();
+}
+
+void Module::to(Device device) {
+  for (auto& [name, p] : named_parameters()) {
+    p.value() = p.value().to(device);
+    p.zero_grad();
+  }
+  for (auto& [name, b] : named_buffers()) *b = b->to(device);
+}
+
+}  // namespace tandem::nn

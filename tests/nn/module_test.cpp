@@ -1,0 +1,114 @@
+// Modules: names, state dicts, initialisation, train/eval behaviour of the layers.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "engine/nn/init.h"
+#include "engine/nn/layers.h"
+
+namespace tandem::nn {
+namespace {
+
+std::shared_ptr<Sequential> conv_block() {
+  auto seq = std::make_shared<Sequential>();
+  seq->push_back(std::make_shared<Conv2d>(Conv2dOptions{.in_channels = 3, .out_channels = 4, .bias = false}));
+  seq->push_back(std::make_shared<BatchNorm2d>(4));
+  seq->push_back(std::make_shared<ReLU>());
+  return seq;
+}
+
+TEST(Module, DottedNamesFollowTorchConventions) {
+  auto outer = std::make_shared<Sequential>();
+  outer->push_back(conv_block());
+  outer->push_back(std::make_shared<Linear>(4, 2));
+  std::vector<std::string> names;
+  for (auto& [name, p] : outer->named_parameters()) names.push_back(name);
+  EXPECT_EQ(names, (std::vector<std::string>{"0.0.weight", "0.1.weight", "0.1.bias", "1.weight", "1.bias"}));
+  std::vector<std::string> buffers;
+  for (auto& [name, b] : outer->named_buffers()) buffers.push_back(name);
+  EXPECT_EQ(buffers, (std::vector<std::string>{"0.1.running_mean", "0.1.running_var", "0.1.num_batches_tracked"}));
+  EXPECT_EQ(outer->state_dict().size(), 8u);
+}
+
+TEST(Module, StateDictRoundTripAndStrictErrors) {
+  init::manual_seed(1);
+  auto a = conv_block();
+  init::manual_seed(2);
+  auto b = conv_block();
+  EXPECT_NE(a->state_dict()["0.weight"].to_vector(), b->state_dict()["0.weight"].to_vector());
+  b->load_state_dict(a->state_dict());
+  EXPECT_EQ(a->state_dict()["0.weight"].to_vector(), b->state_dict()["0.weight"].to_vector());
+
+  auto state = a->state_dict();
+  state.erase("1.running_var");
+  try {
+    b->load_state_dict(state);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("1.running_var"), std::string::npos) << e.what();
+  }
+  state = a->state_dict();
+  state["1.weight"] = Tensor::zeros({5});
+  EXPECT_THROW(b->load_state_dict(state), Error);
+  state = a->state_dict();
+  state["extra.weight"] = Tensor::zeros({1});
+  EXPECT_THROW(b->load_state_dict(state), Error);
+  EXPECT_NO_THROW(b->load_state_dict(state, /*strict=*/false));
+}
+
+TEST(Init, KaimingFanOutAndLinearBounds) {
+  init::manual_seed(7);
+  Conv2d conv(Conv2dOptions{.in_channels = 64, .out_channels = 128, .kernel_size = 3, .bias = false});
+  std::vector<float> w = conv.weight().value().to_vector();
+  double sq = 0;
+  for (float v : w) sq += static_cast<double>(v) * v;
+  double expected_std = std::sqrt(2.0 / (128 * 9));
+  EXPECT_NEAR(std::sqrt(sq / static_cast<double>(w.size())), expected_std, expected_std * 0.02);
+
+  Linear fc(100, 10);
+  float bound = 0.1f;
+  for (auto& [name, p] : fc.named_parameters()) {
+    for (float v : p.value().to_vector()) {
+      EXPECT_LE(std::fabs(v), bound) << name;
+    }
+  }
+  BatchNorm2d bn(3);
+  EXPECT_EQ(bn.weight().value().to_vector(), (std::vector<float>{1, 1, 1}));
+  EXPECT_EQ(bn.bias().value().to_vector(), (std::vector<float>{0, 0, 0}));
+}
+
+TEST(BatchNorm2d, TrainingMovesRunningStatisticsAndEvalUsesThem) {
+  ExecutionContext ctx;
+  BatchNorm2d bn(2);
+  std::vector<float> x(2 * 2 * 3 * 3);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i % 9) + ((i / 9) % 2 == 1 ? 10.0f : 0.0f);
+  Variable input(Tensor::from_vector(x, {2, 2, 3, 3}));
+  bn.forward(ctx, input);
+  std::vector<float> mean = bn.state_dict()["running_mean"].to_vector();
+  // Channel 0 holds 0..8 (mean 4), channel 1 holds 10..18 (mean 14); momentum 0.1 from 0.
+  EXPECT_NEAR(mean[0], 0.4f, 1e-5);
+  EXPECT_NEAR(mean[1], 1.4f, 1e-5);
+  EXPECT_EQ(bn.state_dict()["num_batches_tracked"].data<int64_t>()[0], 1);
+  bn.eval();
+  std::vector<float> y = bn.forward(ctx, input).value().to_vector();
+  // Eval: (x - running_mean) / sqrt(running_var + eps), running_var = 0.9 + 0.1 * 7.5 (unbiased var of 0..8 is 7.5)
+  EXPECT_NEAR(y[0], (0.0f - 0.4f) / std::sqrt(0.9f + 0.75f + 1e-5f), 1e-4);
+}
+
+TEST(Dropout, IdentityInEvalAndScaledInTraining) {
+  ExecutionContext ctx;
+  Dropout drop(0.5f);
+  Variable x(Tensor::from_vector(std::vector<float>(1000, 1.0f), {1000}));
+  std::vector<float> y = drop.forward(ctx, x).value().to_vector();
+  int kept = 0;
+  for (float v : y) {
+    EXPECT_TRUE(v == 0.0f || v == 2.0f) << v;
+    kept += v != 0.0f;
+  }
+  EXPECT_NEAR(kept, 500, 80);
+  drop.eval();
+  EXPECT_EQ(drop.forward(ctx, x).value().to_vector(), x.value().to_vector());
+}
+
+}  // namespace
+}  // namespace tandem::nn

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Builds the test executables with sanitizers and runs them.
+#   sanitize.sh address,undefined   every unit test under ASan + UBSan
+#   sanitize.sh thread              the multi-threaded tests (thread pool, loaders, replicas) under TSan
+# The CUDA plugin and benchmarks are left out: the sanitizers check our host code.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+kind="${1:?usage: sanitize.sh address,undefined|thread}"
+dir="build-san-${kind//,/-}"
+
+cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_SANITIZE="$kind" \
+  -DTANDEM_WITH_CUDA=OFF -DTANDEM_BUILD_BENCH=OFF
+targets=$(cmake --build "$dir" --target help | sed -nE 's/^(test_[a-z_]+): .*/\1/p' | grep -v '_gpu$' | tr '\n' ' ')
+# shellcheck disable=SC2086
+cmake --build "$dir" -j "$(nproc)" --target $targets
+
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+if [ "$kind" = "thread" ]; then
+  # oneDNN's OpenMP runtime is not instrumented, so TSan runs the tests of our own threads.
+  ctest --test-dir "$dir" --output-on-failure -L unit -R "$(cat tools/scripts/tsan_tests.txt | paste -sd'|')" --timeout 900
+else
+  ctest --test-dir "$dir" --output-on-failure -L unit -j "$(nproc)" --timeout 900
+fi
