@@ -1,0 +1,48 @@
+// CUDA error to tandem::Error: the call text, its values, and cudaGetErrorName/String.
+#include "engine/backend/cuda/cuda_check.h"
+
+#include <spdlog/spdlog.h>
+
+#include "engine/core/error.h"
+
+namespace tandem::cuda {
+namespace {
+
+ErrorCode code_for(cudaError_t status) {
+  switch (status) {
+    case cudaErrorMemoryAllocation: return ErrorCode::kResourceExhausted;
+    case cudaErrorInsufficientDriver:
+    case cudaErrorNoDevice:
+    case cudaErrorInvalidDevice:
+    case cudaErrorDevicesUnavailable: return ErrorCode::kUnavailable;
+    default: return ErrorCode::kInternal;
+  }
+}
+
+}  // namespace
+
+void throw_cuda_error(cudaError_t status, std::string_view call, const std::string& values) {
+  // Clears a non-sticky error so the next unrelated call does not report it again.
+  (void)cudaGetLastError();
+  std::string hint;
+  if (status == cudaErrorInsufficientDriver) {
+    hint = " (cudart also says this when no NVIDIA driver is installed at all; run `trainer doctor`)";
+  }
+  throw Error(code_for(status), fmt::format("{} failed: {} ({}): {}{}{}", call, cudaGetErrorName(status),
+                                            static_cast<int>(status), cudaGetErrorString(status),
+                                            values.empty() ? "" : "; " + values, hint));
+}
+
+bool check_cuda_nothrow(cudaError_t status, std::string_view call) noexcept {
+  if (status == cudaSuccess) return true;
+  (void)cudaGetLastError();
+  try {
+    spdlog::warn("{} failed: {} ({}): {}", call, cudaGetErrorName(status), static_cast<int>(status),
+                 cudaGetErrorString(status));
+  } catch (...) {
+    // Logging itself failed; nothing more a destructor can do.
+  }
+  return false;
+}
+
+}  // namespace tandem::cuda

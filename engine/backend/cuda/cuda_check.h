@@ -1,0 +1,31 @@
+// The one check every CUDA runtime call goes through: a failure becomes a tandem::Error that
+// names the call as written, the values it was given and CUDA's own words for the failure.
+// Destructors use check_cuda_nothrow, which logs instead of throwing.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include <string>
+#include <string_view>
+
+namespace tandem::cuda {
+
+// Throws tandem::Error: ResourceExhausted for out-of-memory (so the caching allocator can
+// empty its cache and retry), Unavailable for a missing driver or device, Internal otherwise.
+[[noreturn]] void throw_cuda_error(cudaError_t status, std::string_view call, const std::string& values);
+
+template <typename... Args>
+void check_cuda(cudaError_t status, std::string_view call, fmt::format_string<Args...> values, Args&&... args) {
+  if (status == cudaSuccess) [[likely]] return;
+  throw_cuda_error(status, call, fmt::format(values, std::forward<Args>(args)...));
+}
+
+// For destructors and other noexcept paths: logs the failure and returns false.
+bool check_cuda_nothrow(cudaError_t status, std::string_view call) noexcept;
+
+}  // namespace tandem::cuda
+
+// TANDEM_CUDA_CHECK(cudaMalloc(&p, n), "bytes={}", n): the macro only captures the call's text.
+#define TANDEM_CUDA_CHECK(call, ...) ::tandem::cuda::check_cuda((call), #call, __VA_ARGS__)
+#define TANDEM_CUDA_CHECK_NOTHROW(call) ::tandem::cuda::check_cuda_nothrow((call), #call)

@@ -1,0 +1,84 @@
+// The CUDA device services: raw cudaMalloc/cudaFree under the caching allocator, copies between
+// host and devices, and RAII streams (non-blocking) and events (timing disabled, the cheap kind).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <memory>
+
+#include "engine/core/device.h"
+
+namespace tandem::cuda {
+
+// Makes `device` current for its lifetime and restores the previous one, so a replica thread's
+// current device is never changed behind its back.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+class CudaStream final : public Stream {
+ public:
+  explicit CudaStream(int device);
+  ~CudaStream() override;
+  CudaStream(const CudaStream&) = delete;
+  CudaStream& operator=(const CudaStream&) = delete;
+
+  Device device() const override { return Device::cuda(device_); }
+  void synchronize() override;
+  void* native_handle() override { return stream_; }
+  cudaStream_t get() const { return stream_; }
+
+ private:
+  int device_;
+  cudaStream_t stream_ = nullptr;
+};
+
+class CudaEvent final : public Event {
+ public:
+  explicit CudaEvent(int device);
+  ~CudaEvent() override;
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+
+  void record(Stream& stream) override;
+  void wait(Stream& stream) override;
+  void synchronize() override;
+  bool query() override;
+
+ private:
+  int device_;
+  cudaEvent_t event_ = nullptr;
+};
+
+class CudaDeviceServices final : public DeviceServices {
+ public:
+  // Throws Unavailable when the runtime sees no usable device (no driver, no GPU).
+  CudaDeviceServices();
+
+  DeviceType type() const override { return DeviceType::kCuda; }
+  int device_count() const override { return device_count_; }
+  void* raw_allocate(int device, size_t bytes) override;
+  void raw_free(int device, void* ptr, size_t bytes) noexcept override;
+  void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes,
+            Stream* stream) override;
+  std::unique_ptr<Stream> create_stream(int device) override;
+  std::unique_ptr<Event> create_event(int device) override;
+  void synchronize(int device) override;
+
+  // Page-locked host memory, for buffers that asynchronous copies read or fill.
+  void* allocate_pinned(size_t bytes);
+  void free_pinned(void* ptr) noexcept;
+
+ private:
+  void check_device(int device) const;
+  int device_count_ = 0;
+};
+
+}  // namespace tandem::cuda
