@@ -1,0 +1,64 @@
+#include "models/registry.h"
+
+#include <map>
+
+#include "engine/core/suggest.h"
+#include "models/resnet.h"
+#include "models/simple.h"
+
+namespace tandem::models {
+namespace {
+
+struct ImageNetDepth {
+  std::vector<int> blocks;
+  bool bottleneck;
+};
+
+const std::map<std::string, ImageNetDepth>& imagenet_resnets() {
+  static const std::map<std::string, ImageNetDepth> table = {
+      {"resnet18", {{2, 2, 2, 2}, false}},  {"resnet34", {{3, 4, 6, 3}, false}},
+      {"resnet50", {{3, 4, 6, 3}, true}},   {"resnet101", {{3, 4, 23, 3}, true}},
+      {"resnet152", {{3, 8, 36, 3}, true}},
+  };
+  return table;
+}
+
+const std::map<std::string, int>& cifar_resnets() {
+  static const std::map<std::string, int> table = {
+      {"resnet20", 20}, {"resnet32", 32}, {"resnet44", 44}, {"resnet56", 56}, {"resnet110", 110}};
+  return table;
+}
+
+}  // namespace
+
+std::vector<std::string> model_names() {
+  std::vector<std::string> names;
+  for (const auto& [name, depth] : imagenet_resnets()) names.push_back(name);
+  for (const auto& [name, depth] : cifar_resnets()) names.push_back(name);
+  names.push_back("mlp");
+  names.push_back("small_cnn");
+  return names;
+}
+
+std::shared_ptr<nn::Module> create_model(const ModelSpec& spec) {
+  TANDEM_CHECK(spec.num_classes > 0 && spec.in_channels > 0 && spec.input_size > 0, ErrorCode::kInvalidArgument,
+               "model '{}': num_classes {}, in_channels {} and input_size {} must be positive", spec.name,
+               spec.num_classes, spec.in_channels, spec.input_size);
+  if (auto it = imagenet_resnets().find(spec.name); it != imagenet_resnets().end()) {
+    TANDEM_CHECK(spec.input_size >= 32, ErrorCode::kInvalidArgument,
+                 "model '{}' downsamples by 32: input_size {} is too small (use resnet20 for 28x28 or 32x32 inputs)",
+                 spec.name, spec.input_size);
+    return std::make_shared<ResNet>(it->second.blocks, it->second.bottleneck, spec.num_classes, spec.in_channels);
+  }
+  if (auto it = cifar_resnets().find(spec.name); it != cifar_resnets().end()) {
+    return std::make_shared<CifarResNet>(it->second, spec.num_classes, spec.in_channels);
+  }
+  if (spec.name == "mlp") {
+    return make_mlp(spec.in_channels * spec.input_size * spec.input_size, spec.hidden, spec.num_classes);
+  }
+  if (spec.name == "small_cnn") return make_small_cnn(spec.in_channels, spec.num_classes);
+  throw_error(ErrorCode::kInvalidArgument, "unknown model '{}'{}; models: {}", spec.name,
+              did_you_mean(spec.name, model_names()), fmt::join(model_names(), ", "));
+}
+
+}  // namespace tandem::models
