@@ -1,0 +1,199 @@
+// TFRecordReader. Record layout: uint64 length, uint32 masked CRC32C(length), data,
+// uint32 masked CRC32C(data), little-endian. Faults follow record_reader.cc: no bytes left
+// is a clean end; a partial header or short data/footer is truncation; a CRC mismatch is corruption.
+#include "data/tfrecord_reader.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "data/crc32c.h"
+#include "engine/core/error.h"
+
+namespace tandem::data {
+
+namespace {
+
+uint64_t load_u64(const char* p) {
+  uint64_t v;
+  std::memcpy(&v, p, 8);
+  return v;  // little-endian hosts only, as TensorFlow's own reader on x86 and ARM
+}
+
+uint32_t load_u32(const char* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// Thrown by fail() so next() can tell framing faults from compression-layer errors.
+struct FramingFault : Error {
+  using Error::Error;
+};
+
+}  // namespace
+
+std::string_view on_corrupt_name(OnCorrupt policy) {
+  switch (policy) {
+    case OnCorrupt::kFail: return "fail";
+    case OnCorrupt::kSkip: return "skip";
+    case OnCorrupt::kQuarantine: return "quarantine";
+  }
+  return "fail";
+}
+
+OnCorrupt parse_on_corrupt(std::string_view name) {
+  if (name == "fail") return OnCorrupt::kFail;
+  if (name == "skip") return OnCorrupt::kSkip;
+  if (name == "quarantine") return OnCorrupt::kQuarantine;
+  throw_error(ErrorCode::kInvalidArgument, "on_corrupt: unknown policy '{}': use fail, skip or quarantine", name);
+}
+
+Compression resolve_compression(const std::string& path, Compression stated) {
+  Compression detected = detect_file_compression(path);
+  if (stated == Compression::kAuto) return detected;
+  if (stated != detected) {
+    spdlog::warn("{}: compression stated as {} but the bytes look {}; reading as {}", path, compression_name(stated),
+                 compression_name(detected), compression_name(stated));
+  }
+  return stated;
+}
+
+TFRecordReader::TFRecordReader(std::string path, TFRecordReaderOptions options)
+    : path_(std::move(path)), options_(std::move(options)) {
+  Compression c = resolve_compression(path_, options_.compression);
+  stream_ = std::make_unique<InputStream>(path_, c, options_.buffer_size);
+}
+
+TFRecordReader::~TFRecordReader() {
+  if (quarantine_ != nullptr) std::fclose(quarantine_);
+}
+
+void TFRecordReader::fail(RecordFault::Kind kind, uint64_t offset, std::string_view detail) {
+  std::string message =
+      fmt::format("{} record at {} in {} (record {}): {}", kind == RecordFault::Kind::kTruncated ? "truncated" : "corrupted",
+                  offset, path_, next_index_, detail);
+  fault_ = RecordFault{kind, offset, next_index_, message};
+  throw FramingFault(ErrorCode::kDataLoss, message);
+}
+
+bool TFRecordReader::read_payload(uint64_t length, uint64_t start) {
+  if (auto size = stream_->file_size()) {
+    // Known file size: a length past the end is truncation, decided without allocating it.
+    if (*size < start + 16 || length > *size - start - 16) return false;
+    if (buffer_.size() < length) buffer_.resize(length);
+    return stream_->read(buffer_.data(), length) == length;
+  }
+  // Compressed: grow the buffer only as far as the stream really has bytes, so a damaged
+  // length cannot make us allocate exabytes.
+  uint64_t have = 0;
+  while (have < length) {
+    uint64_t want = std::min<uint64_t>(length - have, std::max<uint64_t>(have, 1 << 20));
+    if (buffer_.size() < have + want) buffer_.resize(have + want);
+    size_t got = stream_->read(buffer_.data() + have, want);
+    have += got;
+    if (got < want) return false;
+  }
+  return true;
+}
+
+bool TFRecordReader::read_one(std::string_view* record) {
+  const uint64_t start = stream_->offset();
+  char* header = header_;
+  size_t got = stream_->read(header, sizeof(header_));
+  header_size_ = got;
+  if (got == 0) return false;
+  if (got < sizeof(header_)) {
+    fail(RecordFault::Kind::kTruncated, start, fmt::format("{} bytes left where a 12-byte header starts", got));
+  }
+  const uint64_t length = load_u64(header);
+  if (options_.verify_crc) {
+    uint32_t stored = unmask_crc(load_u32(header + 8));
+    uint32_t computed = crc32c(header, 8);
+    if (stored != computed) {
+      fail(RecordFault::Kind::kCorrupted, start,
+           fmt::format("length CRC mismatch: stored {:#010x}, computed {:#010x}", stored, computed));
+    }
+  }
+  if (!read_payload(length, start)) {
+    fail(RecordFault::Kind::kTruncated, start,
+         fmt::format("the record says {} data bytes; the file ends first", length));
+  }
+  char footer[4];
+  if (stream_->read(footer, sizeof(footer)) != sizeof(footer)) {
+    fail(RecordFault::Kind::kTruncated, start, "the file ends inside the 4-byte data CRC");
+  }
+  if (options_.verify_crc) {
+    uint32_t stored = unmask_crc(load_u32(footer));
+    uint32_t computed = crc32c(buffer_.data(), length);
+    if (stored != computed) {
+      fail(RecordFault::Kind::kCorrupted, start + 12,
+           fmt::format("data CRC mismatch: stored {:#010x}, computed {:#010x}", stored, computed));
+    }
+  }
+  *record = std::string_view(buffer_.data(), length);
+  return true;
+}
+
+bool TFRecordReader::next(std::string_view* record) {
+  while (!finished_) {
+    const uint64_t start = stream_->offset();
+    try {
+      if (read_one(record)) {
+        ++records_read_;
+        ++next_index_;
+        return true;
+      }
+      finished_ = true;
+      return false;
+    } catch (const FramingFault& e) {
+      if (options_.on_corrupt == OnCorrupt::kFail) throw Error(e.code(), e.what());
+      quarantine(e.what(), start);
+      ++skipped_;
+      ++next_index_;
+      // After a data CRC fault the framing is intact and the next record follows; any other
+      // fault leaves no trustworthy position, so the file ends there.
+      bool data_fault = fault_->kind == RecordFault::Kind::kCorrupted && fault_->offset == start + 12;
+      if (!data_fault) finished_ = true;
+      spdlog::warn("{}; {} record{} skipped so far", e.what(), skipped_, skipped_ == 1 ? "" : "s");
+    } catch (const Error& e) {
+      // A damaged compressed stream: nothing after it can be trusted, under any policy.
+      std::string message = fmt::format("{} (record {})", e.what(), next_index_);
+      fault_ = RecordFault{RecordFault::Kind::kCompression, stream_->offset(), next_index_, message};
+      finished_ = true;
+      if (options_.on_corrupt == OnCorrupt::kFail) throw Error(ErrorCode::kDataLoss, message);
+      ++skipped_;
+      spdlog::warn("{}; the rest of the file is skipped", message);
+    }
+  }
+  return false;
+}
+
+void TFRecordReader::quarantine(const std::string& message, uint64_t start) {
+  if (options_.on_corrupt != OnCorrupt::kQuarantine) return;
+  if (quarantine_ == nullptr) {
+    std::string side = options_.quarantine_path.empty() ? path_ + ".quarantine" : options_.quarantine_path;
+    quarantine_ = std::fopen(side.c_str(), "ab");
+    TANDEM_CHECK(quarantine_ != nullptr, ErrorCode::kNotFound, "cannot open quarantine file {}: {}", side,
+                 std::strerror(errno));
+  }
+  // The bytes we hold of the bad record: its data for a data fault, else its header bytes.
+  bool data_fault = fault_->kind == RecordFault::Kind::kCorrupted && fault_->offset == start + 12;
+  const char* bytes = data_fault ? buffer_.data() : header_;
+  uint64_t length = data_fault ? stream_->offset() - start - 16 : header_size_;
+  std::fprintf(quarantine_, "# offset=%llu record=%llu bytes=%llu reason=%s\n", static_cast<unsigned long long>(start),
+               static_cast<unsigned long long>(fault_->record), static_cast<unsigned long long>(length),
+               message.c_str());
+  if (length > 0) std::fwrite(bytes, 1, length, quarantine_);
+  std::fputc('\n', quarantine_);
+  std::fflush(quarantine_);
+}
+
+void TFRecordReader::seek(uint64_t index, uint64_t offset) {
+  stream_->seek(offset);
+  next_index_ = index;
+  finished_ = false;
+}
+
+}  // namespace tandem::data
