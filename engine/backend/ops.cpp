@@ -1,1 +1,235 @@
+// The checked entry points of ops.h for convolution, batch norm, ReLU and pooling (the rest are
+// in ops_dense.cpp): validate once (ops_validate.h), allocate the outputs on the context's device
+// in x's memory format, call the device's kernel table.
 #include "engine/backend/ops.h"
+
+#include "engine/backend/ops_validate.h"
+
+namespace tandem::backend {
+namespace {
+
+using namespace detail;
+
+constexpr std::string_view kNchw = "(N, C, H, W)";
+constexpr std::string_view kWeights = "(K, C/groups, R, S)";
+
+void check_bn_params(std::string_view op, const Ctx& ctx, const Tensor& x, const Tensor& gamma) {
+  check_tensor(op, "x", x, ctx, DType::kF32, 4, kNchw);
+  check_vector(op, "gamma", gamma, ctx, x.dim(1), "channels", "x", x.shape());
+}
+
+}  // namespace
+
+Shape conv2d_output_shape(const Conv2dParams& p, const Shape& x, const Shape& w) {
+  check_shape4("conv2d_output_shape", "x", x, kNchw);
+  check_shape4("conv2d_output_shape", "w", w, kWeights);
+  return conv_output_shape("conv2d_output_shape", p, x, "x", w, "w");
+}
+
+Shape pool2d_output_shape(const Pool2dParams& p, const Shape& x) {
+  check_shape4("pool2d_output_shape", "x", x, kNchw);
+  return pool_output_shape("pool2d_output_shape", p, x, "x");
+}
+
+Tensor conv2d_forward(Ctx& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& b) {
+  constexpr std::string_view op = "conv2d_forward";
+  check_tensor(op, "x", x, ctx, DType::kF32, 4, kNchw);
+  check_tensor(op, "w", w, ctx, DType::kF32, 4, kWeights);
+  Shape y_shape = conv_output_shape(op, p, x.shape(), "x", w.shape(), "w");
+  if (b.defined()) check_vector(op, "b", b, ctx, w.dim(0), "filters", "w", w.shape());
+  auto fn = entry(table(ctx).conv2d_forward, op, ctx);
+  Tensor y = like(ctx, y_shape, x.format());
+  fn(ctx, p, x, w, b, y);
+  return y;
+}
+
+Tensor conv2d_backward_data(Ctx& ctx, const Conv2dParams& p, const Tensor& dy, const Tensor& w, const Shape& x_shape) {
+  constexpr std::string_view op = "conv2d_backward_data";
+  check_tensor(op, "dy", dy, ctx, DType::kF32, 4, "(N, K, P, Q)");
+  check_tensor(op, "w", w, ctx, DType::kF32, 4, kWeights);
+  check_shape4(op, "x_shape", x_shape, kNchw);
+  Shape y_shape = conv_output_shape(op, p, x_shape, "x_shape", w.shape(), "w");
+  TANDEM_CHECK(dy.shape() == y_shape, ErrorCode::kInvalidArgument,
+               "{}: dy has shape {} but convolving x_shape {} with w {} gives {}", op, dy.shape().str(),
+               x_shape.str(), w.shape().str(), y_shape.str());
+  auto fn = entry(table(ctx).conv2d_backward_data, op, ctx);
+  Tensor dx = like(ctx, x_shape, dy.format());
+  fn(ctx, p, dy, w, dx);
+  return dx;
+}
+
+ConvWeightGrads conv2d_backward_weights(Ctx& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& dy,
+                                        const Shape& w_shape, bool with_bias) {
+  constexpr std::string_view op = "conv2d_backward_weights";
+  check_tensor(op, "x", x, ctx, DType::kF32, 4, kNchw);
+  check_tensor(op, "dy", dy, ctx, DType::kF32, 4, "(N, K, P, Q)");
+  check_shape4(op, "w_shape", w_shape, kWeights);
+  Shape y_shape = conv_output_shape(op, p, x.shape(), "x", w_shape, "w_shape");
+  TANDEM_CHECK(dy.shape() == y_shape, ErrorCode::kInvalidArgument,
+               "{}: dy has shape {} but convolving x {} with w_shape {} gives {}", op, dy.shape().str(),
+               x.shape().str(), w_shape.str(), y_shape.str());
+  check_same_format(op, "x", x, "dy", dy);
+  auto fn = entry(table(ctx).conv2d_backward_weights, op, ctx);
+  // Weights (and their gradients) are parameters: always contiguous (K, C/groups, R, S).
+  ConvWeightGrads g{like(ctx, w_shape, MemoryFormat::kContiguous), Tensor()};
+  if (with_bias) g.db = like(ctx, {w_shape[0]}, MemoryFormat::kContiguous);
+  fn(ctx, p, x, dy, g.dw, g.db);
+  return g;
+}
+
+BatchNormForward batchnorm_forward_training(Ctx& ctx, const BatchNormParams& p, const Tensor& x, const Tensor& gamma,
+                                            const Tensor& beta, Tensor& running_mean, Tensor& running_var) {
+  constexpr std::string_view op = "batchnorm_forward_training";
+  check_bn_params(op, ctx, x, gamma);
+  check_vector(op, "beta", beta, ctx, x.dim(1), "channels", "x", x.shape());
+  check_vector(op, "running_mean", running_mean, ctx, x.dim(1), "channels", "x", x.shape());
+  check_vector(op, "running_var", running_var, ctx, x.dim(1), "channels", "x", x.shape());
+  TANDEM_CHECK(x.numel() / std::max<int64_t>(x.dim(1), 1) > 1, ErrorCode::kInvalidArgument,
+               "{}: x {} has one value per channel; training needs more than one (N * H * W > 1)", op,
+               x.shape().str());
+  auto fn = entry(table(ctx).batchnorm_forward_training, op, ctx);
+  BatchNormForward out;
+  out.y = like(ctx, x.shape(), x.format());
+  out.saved.mean = like(ctx, {x.dim(1)}, MemoryFormat::kContiguous);
+  out.saved.invstd = like(ctx, {x.dim(1)}, MemoryFormat::kContiguous);
+  fn(ctx, p, x, gamma, beta, running_mean, running_var, out.y, out.saved);
+  return out;
+}
+
+Tensor batchnorm_forward_inference(Ctx& ctx, const BatchNormParams& p, const Tensor& x, const Tensor& gamma,
+                                   const Tensor& beta, const Tensor& running_mean, const Tensor& running_var) {
+  constexpr std::string_view op = "batchnorm_forward_inference";
+  check_bn_params(op, ctx, x, gamma);
+  check_vector(op, "beta", beta, ctx, x.dim(1), "channels", "x", x.shape());
+  check_vector(op, "running_mean", running_mean, ctx, x.dim(1), "channels", "x", x.shape());
+  check_vector(op, "running_var", running_var, ctx, x.dim(1), "channels", "x", x.shape());
+  auto fn = entry(table(ctx).batchnorm_forward_inference, op, ctx);
+  Tensor y = like(ctx, x.shape(), x.format());
+  fn(ctx, p, x, gamma, beta, running_mean, running_var, y);
+  return y;
+}
+
+BatchNormGrads batchnorm_backward(Ctx& ctx, const BatchNormParams& p, const Tensor& x, const Tensor& y,
+                                  const Tensor& dy, const Tensor& gamma, const BatchNormSaved& saved) {
+  constexpr std::string_view op = "batchnorm_backward";
+  check_bn_params(op, ctx, x, gamma);
+  check_tensor(op, "y", y, ctx, DType::kF32, 4, kNchw);
+  check_tensor(op, "dy", dy, ctx, DType::kF32, 4, kNchw);
+  check_same(op, "x", x, "y", y);
+  check_same(op, "x", x, "dy", dy);
+  check_vector(op, "saved.mean", saved.mean, ctx, x.dim(1), "channels", "x", x.shape());
+  check_vector(op, "saved.invstd", saved.invstd, ctx, x.dim(1), "channels", "x", x.shape());
+  auto fn = entry(table(ctx).batchnorm_backward, op, ctx);
+  BatchNormGrads g{like(ctx, x.shape(), x.format()), like(ctx, {x.dim(1)}, MemoryFormat::kContiguous),
+                   like(ctx, {x.dim(1)}, MemoryFormat::kContiguous)};
+  fn(ctx, p, x, y, dy, gamma, saved, g.dx, g.dgamma, g.dbeta);
+  return g;
+}
+
+Tensor relu_forward(Ctx& ctx, const Tensor& x) {
+  constexpr std::string_view op = "relu_forward";
+  check_tensor(op, "x", x, ctx, DType::kF32, -1, "");
+  auto fn = entry(table(ctx).relu_forward, op, ctx);
+  Tensor y = like(ctx, x.shape(), x.format());
+  fn(ctx, x, y);
+  return y;
+}
+
+Tensor relu_backward(Ctx& ctx, const Tensor& y, const Tensor& dy) {
+  constexpr std::string_view op = "relu_backward";
+  check_tensor(op, "y", y, ctx, DType::kF32, -1, "");
+  check_tensor(op, "dy", dy, ctx, DType::kF32, -1, "");
+  check_same(op, "y", y, "dy", dy);
+  auto fn = entry(table(ctx).relu_backward, op, ctx);
+  Tensor dx = like(ctx, y.shape(), y.format());
+  fn(ctx, y, dy, dx);
+  return dx;
+}
+
+MaxPoolForward max_pool2d_forward(Ctx& ctx, const Pool2dParams& p, const Tensor& x) {
+  constexpr std::string_view op = "max_pool2d_forward";
+  check_tensor(op, "x", x, ctx, DType::kF32, 4, kNchw);
+  Shape y_shape = pool_output_shape(op, p, x.shape(), "x");
+  auto fn = entry(table(ctx).max_pool2d_forward, op, ctx);
+  MaxPoolForward out{like(ctx, y_shape, x.format()), Tensor()};
+  fn(ctx, p, x, out.y, out.workspace);
+  return out;
+}
+
+Tensor max_pool2d_backward(Ctx& ctx, const Pool2dParams& p, const Tensor& x, const Tensor& dy,
+                           const Tensor& workspace) {
+  constexpr std::string_view op = "max_pool2d_backward";
+  check_tensor(op, "x", x, ctx, DType::kF32, 4, kNchw);
+  check_tensor(op, "dy", dy, ctx, DType::kF32, 4, kNchw);
+  check_tensor(op, "workspace", workspace, ctx, DType::kU8, -1, "(from max_pool2d_forward)");
+  Shape y_shape = pool_output_shape(op, p, x.shape(), "x");
+  TANDEM_CHECK(dy.shape() == y_shape, ErrorCode::kInvalidArgument,
+               "{}: dy has shape {} but pooling x {} gives {}", op, dy.shape().str(), x.shape().str(), y_shape.str());
+  check_same_format(op, "x", x, "dy", dy);
+  auto fn = entry(table(ctx).max_pool2d_backward, op, ctx);
+  Tensor dx = like(ctx, x.shape(), x.format());
+  fn(ctx, p, x, dy, workspace, dx);
+  return dx;
+}
+
+Tensor avg_pool2d_forward(Ctx& ctx, const Pool2dParams& p, const Tensor& x) {
+  constexpr std::string_view op = "avg_pool2d_forward";
+  check_tensor(op, "x", x, ctx, DType::kF32, 4, kNchw);
+  Shape y_shape = pool_output_shape(op, p, x.shape(), "x");
+  auto fn = entry(table(ctx).avg_pool2d_forward, op, ctx);
+  Tensor y = like(ctx, y_shape, x.format());
+  fn(ctx, p, x, y);
+  return y;
+}
+
+Tensor avg_pool2d_backward(Ctx& ctx, const Pool2dParams& p, const Tensor& dy, const Shape& x_shape) {
+  constexpr std::string_view op = "avg_pool2d_backward";
+  check_tensor(op, "dy", dy, ctx, DType::kF32, 4, kNchw);
+  check_shape4(op, "x_shape", x_shape, kNchw);
+  Shape y_shape = pool_output_shape(op, p, x_shape, "x_shape");
+  TANDEM_CHECK(dy.shape() == y_shape, ErrorCode::kInvalidArgument,
+               "{}: dy has shape {} but pooling x_shape {} gives {}", op, dy.shape().str(), x_shape.str(),
+               y_shape.str());
+  auto fn = entry(table(ctx).avg_pool2d_backward, op, ctx);
+  Tensor dx = like(ctx, x_shape, dy.format());
+  fn(ctx, p, dy, dx);
+  return dx;
+}
+
+namespace {
+
+Pool2dParams whole_plane(const Shape& x) {
+  Pool2dParams p;
+  p.kernel = {x[2], x[3]};
+  p.stride = {1, 1};
+  p.padding = {0, 0};
+  return p;
+}
+
+}  // namespace
+
+Tensor global_avg_pool_forward(Ctx& ctx, const Tensor& x) {
+  constexpr std::string_view op = "global_avg_pool_forward";
+  check_tensor(op, "x", x, ctx, DType::kF32, 4, kNchw);
+  TANDEM_CHECK(x.dim(2) > 0 && x.dim(3) > 0, ErrorCode::kInvalidArgument, "{}: x {} has an empty plane", op,
+               x.shape().str());
+  auto fn = entry(table(ctx).avg_pool2d_forward, op, ctx);
+  Tensor y = like(ctx, {x.dim(0), x.dim(1), 1, 1}, x.format());
+  fn(ctx, whole_plane(x.shape()), x, y);
+  return y;
+}
+
+Tensor global_avg_pool_backward(Ctx& ctx, const Tensor& dy, const Shape& x_shape) {
+  constexpr std::string_view op = "global_avg_pool_backward";
+  check_tensor(op, "dy", dy, ctx, DType::kF32, 4, "(N, C, 1, 1)");
+  check_shape4(op, "x_shape", x_shape, kNchw);
+  Shape y_shape{x_shape[0], x_shape[1], 1, 1};
+  TANDEM_CHECK(dy.shape() == y_shape && x_shape[2] > 0 && x_shape[3] > 0, ErrorCode::kInvalidArgument,
+               "{}: dy has shape {} but x_shape {} pools to {}", op, dy.shape().str(), x_shape.str(), y_shape.str());
+  auto fn = entry(table(ctx).avg_pool2d_backward, op, ctx);
+  Tensor dx = like(ctx, x_shape, dy.format());
+  fn(ctx, whole_plane(x_shape), dy, dx);
+  return dx;
+}
+
+}  // namespace tandem::backend

@@ -1,13 +1,45 @@
+// The CPU kernel table: every entry of KernelTable, filled from the cpu_*.cpp kernels.
 #include "engine/backend/cpu/cpu_backend.h"
+
+#include "engine/backend/cpu/cpu_kernels.h"
+#include "engine/backend/cpu/plan_cache.h"
 
 namespace tandem::backend::cpu {
 
 const KernelTable& kernel_table() {
   static const KernelTable table = [] {
     KernelTable t;
+    t.conv2d_forward = conv2d_forward;
+    t.conv2d_backward_data = conv2d_backward_data;
+    t.conv2d_backward_weights = conv2d_backward_weights;
+    t.batchnorm_forward_training = batchnorm_forward_training;
+    t.batchnorm_forward_inference = batchnorm_forward_inference;
+    t.batchnorm_backward = batchnorm_backward;
+    t.relu_forward = relu_forward;
+    t.relu_backward = relu_backward;
+    t.max_pool2d_forward = max_pool2d_forward;
+    t.max_pool2d_backward = max_pool2d_backward;
+    t.avg_pool2d_forward = avg_pool2d_forward;
+    t.avg_pool2d_backward = avg_pool2d_backward;
+    t.matmul = matmul;
+    t.linear_forward = linear_forward;
+    t.linear_backward_data = linear_backward_data;
+    t.linear_backward_weights = linear_backward_weights;
+    t.add = add;
+    t.mul = mul;
+    t.scale = scale;
+    t.axpy = axpy;
+    t.fill = fill;
+    t.sum = sum;
+    t.softmax_cross_entropy_forward = softmax_cross_entropy_forward;
+    t.softmax_cross_entropy_backward = softmax_cross_entropy_backward;
+    t.dropout_forward = dropout_forward;
+    t.dropout_backward = dropout_backward;
     return t;
   }();
   return table;
 }
+
+int64_t primitives_created() { return plans_created(); }
 
 }  // namespace tandem::backend::cpu

@@ -1,0 +1,195 @@
+// Convolution forward and both backwards through oneDNN. Activations stay in the tensor's
+// own layout (nchw or nhwc); weights go to whatever layout the chosen implementation wants
+// (a cheap reorder of the small weight tensor), which is what lets oneDNN pick its JIT kernels.
+#include <optional>
+
+#include "engine/backend/cpu/cpu_kernels.h"
+#include "engine/backend/cpu/dnnl_util.h"
+#include "engine/backend/cpu/plan_cache.h"
+
+namespace tandem::backend::cpu {
+namespace {
+
+using dnnl::algorithm;
+using dnnl::prop_kind;
+
+enum PlanOp : int64_t { kConvForward = 1, kConvBackwardData, kConvBackwardWeights };
+
+struct Geometry {
+  memory::dims strides, dilates, pad_l, pad_r;
+};
+
+Geometry geometry(const Conv2dParams& p) {
+  // oneDNN counts dilation from 0 (no gap); the right padding is the same as the left because
+  // both oneDNN and we derive the output size with the same floor division.
+  return {{p.stride[0], p.stride[1]},
+          {p.dilation[0] - 1, p.dilation[1] - 1},
+          {p.padding[0], p.padding[1]},
+          {p.padding[0], p.padding[1]}};
+}
+
+// Weights of any layout, grouped when groups > 1: oneDNN chooses.
+memory::desc any_weights_md(const Shape& w, int64_t groups) {
+  memory::dims dims = groups == 1 ? to_dims(w.dims()) : memory::dims{groups, w[0] / groups, w[1], w[2], w[3]};
+  return memory::desc(dims, memory::data_type::f32, memory::format_tag::any);
+}
+
+PlanKey conv_key(PlanOp op, const Ctx& ctx, const Conv2dParams& p, const Tensor& act, const Shape& w,
+                 MemoryFormat w_format, bool bias) {
+  PlanKey key(op);
+  key.add(act.shape().dims()).add(w.dims()).add({p.stride[0], p.stride[1], p.padding[0], p.padding[1]});
+  key.add({p.dilation[0], p.dilation[1], p.groups, static_cast<int64_t>(act.format())});
+  key.add({static_cast<int64_t>(w_format), bias ? 1 : 0, ctx.num_threads()});
+  return key;
+}
+
+// The forward descriptor: the plan itself for the forward pass, the hint for the backward ones.
+dnnl::convolution_forward::primitive_desc forward_pd(const Conv2dParams& p, const memory::desc& x_md,
+                                                     const Shape& w, const memory::desc& y_md, bool bias,
+                                                     const dnnl::primitive_attr& attr) {
+  Geometry g = geometry(p);
+  memory::desc w_md = any_weights_md(w, p.groups);
+  auto desc = bias ? dnnl::convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct,
+                                                     x_md, w_md, vector_md(w[0]), y_md, g.strides, g.dilates,
+                                                     g.pad_l, g.pad_r)
+                   : dnnl::convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct,
+                                                     x_md, w_md, y_md, g.strides, g.dilates, g.pad_l, g.pad_r);
+  return dnnl::convolution_forward::primitive_desc(desc, attr, cpu_engine());
+}
+
+std::optional<dnnl::reorder> reorder_if_needed(const memory::desc& from, const memory::desc& to) {
+  if (from == to) return std::nullopt;
+  return dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), from, cpu_engine(), to));
+}
+
+// Runs the reorder of src (in from_md) into dst (in to_md).
+void run_reorder(const dnnl::reorder& r, const memory& src, const memory& dst, const Tensor& t) {
+  Args args{{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}};
+  execute("reorder of convolution weights", {&t}, r, args);
+}
+
+struct ForwardPlan {
+  memory::desc x_md, y_md, user_w_md;
+  dnnl::convolution_forward::primitive_desc pd;
+  dnnl::convolution_forward prim;
+  std::optional<dnnl::reorder> w_reorder;  // user layout -> pd.weights_desc()
+};
+
+struct BackwardDataPlan {
+  memory::desc dx_md, dy_md, user_w_md;
+  dnnl::convolution_backward_data::primitive_desc pd;
+  dnnl::convolution_backward_data prim;
+  std::optional<dnnl::reorder> w_reorder;
+};
+
+struct BackwardWeightsPlan {
+  memory::desc x_md, dy_md, user_dw_md;
+  dnnl::convolution_backward_weights::primitive_desc pd;
+  dnnl::convolution_backward_weights prim;
+  std::optional<dnnl::reorder> dw_reorder;  // pd.diff_weights_desc() -> user layout
+};
+
+// Weights as the primitive wants them: the user's memory, or a reordered copy in buffer.
+memory prepared_weights(Ctx& ctx, const std::optional<dnnl::reorder>& r, const memory::desc& user_md,
+                        const memory::desc& want_md, const Tensor& w, Tensor& buffer) {
+  memory user = make_memory(user_md, w);
+  if (!r) return user;
+  buffer = allocate_buffer(ctx, want_md);
+  memory wanted = make_memory(want_md, buffer);
+  run_reorder(*r, user, wanted, w);
+  return wanted;
+}
+
+}  // namespace
+
+void conv2d_forward(Ctx& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& b,
+                    Tensor& y) {
+  apply_thread_budget(ctx);
+  static PlanCache<ForwardPlan> cache;
+  const ForwardPlan& plan =
+      cache.get(conv_key(kConvForward, ctx, p, x, w.shape(), w.format(), b.defined()), [&] {
+        return dnnl_check("convolution_forward::primitive_desc", {&x, &w, &b, &y}, [&] {
+          ForwardPlan f{activation_md(x.shape(), x.format()), activation_md(y.shape(), y.format()),
+                        weights_md(w.shape(), w.format(), p.groups), {}, {}, {}};
+          f.pd = forward_pd(p, f.x_md, w.shape(), f.y_md, b.defined(), user_scratchpad_attr());
+          f.prim = dnnl::convolution_forward(f.pd);
+          f.w_reorder = reorder_if_needed(f.user_w_md, f.pd.weights_desc());
+          return f;
+        });
+      });
+  Tensor w_buffer;
+  Args args{{DNNL_ARG_SRC, make_memory(plan.x_md, x)},
+            {DNNL_ARG_WEIGHTS, prepared_weights(ctx, plan.w_reorder, plan.user_w_md, plan.pd.weights_desc(), w,
+                                                w_buffer)},
+            {DNNL_ARG_DST, make_memory(plan.y_md, y)}};
+  if (b.defined()) args.insert({DNNL_ARG_BIAS, make_memory(vector_md(b.numel()), b)});
+  Tensor scratch = add_scratchpad(ctx, plan.pd, args);
+  execute("convolution_forward::execute", {&x, &w, &b, &y}, plan.prim, args);
+}
+
+void conv2d_backward_data(Ctx& ctx, const Conv2dParams& p, const Tensor& dy, const Tensor& w, Tensor& dx) {
+  apply_thread_budget(ctx);
+  static PlanCache<BackwardDataPlan> cache;
+  const BackwardDataPlan& plan = cache.get(conv_key(kConvBackwardData, ctx, p, dx, w.shape(), w.format(), false), [&] {
+    return dnnl_check("convolution_backward_data::primitive_desc", {&dy, &w, &dx}, [&] {
+      BackwardDataPlan d{activation_md(dx.shape(), dx.format()), activation_md(dy.shape(), dy.format()),
+                         weights_md(w.shape(), w.format(), p.groups), {}, {}, {}};
+      auto hint = forward_pd(p, d.dx_md, w.shape(), d.dy_md, false, dnnl::primitive_attr());
+      Geometry g = geometry(p);
+      dnnl::convolution_backward_data::desc desc(algorithm::convolution_direct, d.dx_md,
+                                                 any_weights_md(w.shape(), p.groups), d.dy_md, g.strides,
+                                                 g.dilates, g.pad_l, g.pad_r);
+      d.pd = dnnl::convolution_backward_data::primitive_desc(desc, user_scratchpad_attr(), cpu_engine(), hint);
+      d.prim = dnnl::convolution_backward_data(d.pd);
+      d.w_reorder = reorder_if_needed(d.user_w_md, d.pd.weights_desc());
+      return d;
+    });
+  });
+  Tensor w_buffer;
+  Args args{{DNNL_ARG_DIFF_DST, make_memory(plan.dy_md, dy)},
+            {DNNL_ARG_WEIGHTS, prepared_weights(ctx, plan.w_reorder, plan.user_w_md, plan.pd.weights_desc(), w,
+                                                w_buffer)},
+            {DNNL_ARG_DIFF_SRC, make_memory(plan.dx_md, dx)}};
+  Tensor scratch = add_scratchpad(ctx, plan.pd, args);
+  execute("convolution_backward_data::execute", {&dy, &w, &dx}, plan.prim, args);
+}
+
+void conv2d_backward_weights(Ctx& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& dy, Tensor& dw,
+                             Tensor& db) {
+  apply_thread_budget(ctx);
+  static PlanCache<BackwardWeightsPlan> cache;
+  bool bias = db.defined();
+  const BackwardWeightsPlan& plan =
+      cache.get(conv_key(kConvBackwardWeights, ctx, p, x, dw.shape(), dw.format(), bias), [&] {
+        return dnnl_check("convolution_backward_weights::primitive_desc", {&x, &dy, &dw, &db}, [&] {
+          BackwardWeightsPlan bw{activation_md(x.shape(), x.format()), activation_md(dy.shape(), dy.format()),
+                                 weights_md(dw.shape(), dw.format(), p.groups), {}, {}, {}};
+          auto hint = forward_pd(p, bw.x_md, dw.shape(), bw.dy_md, bias, dnnl::primitive_attr());
+          Geometry g = geometry(p);
+          memory::desc dw_md = any_weights_md(dw.shape(), p.groups);
+          auto desc = bias ? dnnl::convolution_backward_weights::desc(algorithm::convolution_direct, bw.x_md, dw_md,
+                                                                      vector_md(dw.dim(0)), bw.dy_md, g.strides,
+                                                                      g.dilates, g.pad_l, g.pad_r)
+                           : dnnl::convolution_backward_weights::desc(algorithm::convolution_direct, bw.x_md, dw_md,
+                                                                      bw.dy_md, g.strides, g.dilates, g.pad_l,
+                                                                      g.pad_r);
+          bw.pd = dnnl::convolution_backward_weights::primitive_desc(desc, user_scratchpad_attr(), cpu_engine(),
+                                                                     hint);
+          bw.prim = dnnl::convolution_backward_weights(bw.pd);
+          bw.dw_reorder = reorder_if_needed(bw.pd.diff_weights_desc(), bw.user_dw_md);
+          return bw;
+        });
+      });
+  memory user_dw = make_memory(plan.user_dw_md, dw);
+  Tensor dw_buffer = plan.dw_reorder ? allocate_buffer(ctx, plan.pd.diff_weights_desc()) : Tensor();
+  memory dw_mem = plan.dw_reorder ? make_memory(plan.pd.diff_weights_desc(), dw_buffer) : user_dw;
+  Args args{{DNNL_ARG_SRC, make_memory(plan.x_md, x)},
+            {DNNL_ARG_DIFF_DST, make_memory(plan.dy_md, dy)},
+            {DNNL_ARG_DIFF_WEIGHTS, dw_mem}};
+  if (bias) args.insert({DNNL_ARG_DIFF_BIAS, make_memory(vector_md(db.numel()), db)});
+  Tensor scratch = add_scratchpad(ctx, plan.pd, args);
+  execute("convolution_backward_weights::execute", {&x, &dy, &dw, &db}, plan.prim, args);
+  if (plan.dw_reorder) run_reorder(*plan.dw_reorder, dw_mem, user_dw, dw);
+}
+
+}  // namespace tandem::backend::cpu

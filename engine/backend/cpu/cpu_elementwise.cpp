@@ -1,0 +1,94 @@
+// Elementwise kernels and the full sum. ReLU forward is oneDNN's eltwise primitive; the rest
+// are plain loops (vectorised by the compiler, OpenMP-parallel above a grain). Elementwise
+// operands share shape and memory format (checked by ops.cpp), so flat indexing is exact.
+#include <omp.h>
+
+#include "engine/backend/cpu/cpu_kernels.h"
+#include "engine/backend/cpu/dnnl_util.h"
+#include "engine/backend/cpu/parallel.h"
+#include "engine/backend/cpu/plan_cache.h"
+
+namespace tandem::backend::cpu {
+namespace {
+
+struct EltwisePlan {
+  memory::desc md;
+  dnnl::eltwise_forward::primitive_desc pd;
+  dnnl::eltwise_forward prim;
+};
+
+}  // namespace
+
+void relu_forward(Ctx& ctx, const Tensor& x, Tensor& y) {
+  apply_thread_budget(ctx);
+  static PlanCache<EltwisePlan> cache;
+  const EltwisePlan& plan = cache.get(PlanKey(1).add({x.numel(), ctx.num_threads()}), [&] {
+    return dnnl_check("eltwise_forward::primitive_desc (relu)", {&x, &y}, [&] {
+      EltwisePlan e{flat_md(x), {}, {}};
+      dnnl::eltwise_forward::desc desc(dnnl::prop_kind::forward_training, dnnl::algorithm::eltwise_relu, e.md, 0.0f);
+      e.pd = dnnl::eltwise_forward::primitive_desc(desc, user_scratchpad_attr(), cpu_engine());
+      e.prim = dnnl::eltwise_forward(e.pd);
+      return e;
+    });
+  });
+  Args args{{DNNL_ARG_SRC, make_memory(plan.md, x)}, {DNNL_ARG_DST, make_memory(plan.md, y)}};
+  Tensor scratch = add_scratchpad(ctx, plan.pd, args);
+  execute("eltwise_forward::execute (relu)", {&x, &y}, plan.prim, args);
+}
+
+void relu_backward(Ctx& ctx, const Tensor& y, const Tensor& dy, Tensor& dx) {
+  apply_thread_budget(ctx);
+  const float* out = y.data<float>();
+  const float* g = dy.data<float>();
+  float* gx = dx.data<float>();
+  parallel_for(y.numel(), [=](int64_t i) { gx[i] = out[i] > 0.0f ? g[i] : 0.0f; });
+}
+
+void add(Ctx& ctx, const Tensor& a, const Tensor& b, Tensor& y) {
+  apply_thread_budget(ctx);
+  const float* pa = a.data<float>();
+  const float* pb = b.data<float>();
+  float* py = y.data<float>();
+  parallel_for(y.numel(), [=](int64_t i) { py[i] = pa[i] + pb[i]; });
+}
+
+void mul(Ctx& ctx, const Tensor& a, const Tensor& b, Tensor& y) {
+  apply_thread_budget(ctx);
+  const float* pa = a.data<float>();
+  const float* pb = b.data<float>();
+  float* py = y.data<float>();
+  parallel_for(y.numel(), [=](int64_t i) { py[i] = pa[i] * pb[i]; });
+}
+
+void scale(Ctx& ctx, const Tensor& x, float alpha, Tensor& y) {
+  apply_thread_budget(ctx);
+  const float* px = x.data<float>();
+  float* py = y.data<float>();
+  parallel_for(y.numel(), [=](int64_t i) { py[i] = alpha * px[i]; });
+}
+
+void axpy(Ctx& ctx, float alpha, const Tensor& x, Tensor& y) {
+  apply_thread_budget(ctx);
+  const float* px = x.data<float>();
+  float* py = y.data<float>();
+  parallel_for(y.numel(), [=](int64_t i) { py[i] += alpha * px[i]; });
+}
+
+void fill(Ctx& ctx, float value, Tensor& y) {
+  apply_thread_budget(ctx);
+  float* py = y.data<float>();
+  parallel_for(y.numel(), [=](int64_t i) { py[i] = value; });
+}
+
+void sum(Ctx& ctx, const Tensor& x, Tensor& y) {
+  apply_thread_budget(ctx);
+  const float* px = x.data<float>();
+  int64_t n = x.numel();
+  double total = 0.0;
+  // Double accumulation: a float running sum of millions of terms loses digits.
+#pragma omp parallel for reduction(+ : total) schedule(static) if (n >= kParallelGrain)
+  for (int64_t i = 0; i < n; ++i) total += px[i];
+  y.data<float>()[0] = static_cast<float>(total);
+}
+
+}  // namespace tandem::backend::cpu

@@ -1,0 +1,56 @@
+// The CPU kernels that cpu_backend.cpp puts in the KernelTable. Arguments are already
+// validated by ops.cpp (shapes, dtypes, devices, formats); see kernels.h for the contracts.
+#pragma once
+
+#include "engine/backend/kernels.h"
+
+namespace tandem::backend::cpu {
+
+// cpu_conv.cpp
+void conv2d_forward(Ctx&, const Conv2dParams&, const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y);
+void conv2d_backward_data(Ctx&, const Conv2dParams&, const Tensor& dy, const Tensor& w, Tensor& dx);
+void conv2d_backward_weights(Ctx&, const Conv2dParams&, const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& db);
+
+// cpu_batchnorm.cpp
+void batchnorm_forward_training(Ctx&, const BatchNormParams&, const Tensor& x, const Tensor& gamma,
+                                const Tensor& beta, Tensor& running_mean, Tensor& running_var, Tensor& y,
+                                BatchNormSaved& saved);
+void batchnorm_forward_inference(Ctx&, const BatchNormParams&, const Tensor& x, const Tensor& gamma,
+                                 const Tensor& beta, const Tensor& running_mean, const Tensor& running_var,
+                                 Tensor& y);
+void batchnorm_backward(Ctx&, const BatchNormParams&, const Tensor& x, const Tensor& y, const Tensor& dy,
+                        const Tensor& gamma, const BatchNormSaved& saved, Tensor& dx, Tensor& dgamma,
+                        Tensor& dbeta);
+
+// cpu_pool.cpp
+void max_pool2d_forward(Ctx&, const Pool2dParams&, const Tensor& x, Tensor& y, Tensor& workspace);
+void max_pool2d_backward(Ctx&, const Pool2dParams&, const Tensor& x, const Tensor& dy, const Tensor& workspace,
+                         Tensor& dx);
+void avg_pool2d_forward(Ctx&, const Pool2dParams&, const Tensor& x, Tensor& y);
+void avg_pool2d_backward(Ctx&, const Pool2dParams&, const Tensor& dy, Tensor& dx);
+
+// cpu_matmul.cpp
+void matmul(Ctx&, const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b, Tensor& c);
+void linear_forward(Ctx&, const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y);
+void linear_backward_data(Ctx&, const Tensor& dy, const Tensor& w, Tensor& dx);
+void linear_backward_weights(Ctx&, const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& db);
+
+// cpu_elementwise.cpp
+void relu_forward(Ctx&, const Tensor& x, Tensor& y);
+void relu_backward(Ctx&, const Tensor& y, const Tensor& dy, Tensor& dx);
+void add(Ctx&, const Tensor& a, const Tensor& b, Tensor& y);
+void mul(Ctx&, const Tensor& a, const Tensor& b, Tensor& y);
+void scale(Ctx&, const Tensor& x, float alpha, Tensor& y);
+void axpy(Ctx&, float alpha, const Tensor& x, Tensor& y);
+void fill(Ctx&, float value, Tensor& y);
+void sum(Ctx&, const Tensor& x, Tensor& y);
+
+// cpu_loss.cpp
+void softmax_cross_entropy_forward(Ctx&, const Tensor& logits, const Tensor& labels, float label_smoothing,
+                                   Tensor& loss, Tensor& probs);
+void softmax_cross_entropy_backward(Ctx&, const Tensor& probs, const Tensor& labels, float label_smoothing,
+                                    const Tensor& dloss, Tensor& dlogits);
+void dropout_forward(Ctx&, const Tensor& x, float p, Tensor& y, Tensor& mask);
+void dropout_backward(Ctx&, const Tensor& dy, const Tensor& mask, float p, Tensor& dx);
+
+}  // namespace tandem::backend::cpu

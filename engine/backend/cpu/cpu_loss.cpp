@@ -1,0 +1,93 @@
+// Softmax cross-entropy with label smoothing (numerically stable through log-sum-exp) and
+// inverted dropout: plain loops, one row or one element at a time.
+#include <cmath>
+
+#include "engine/backend/cpu/cpu_kernels.h"
+#include "engine/backend/cpu/dnnl_util.h"
+#include "engine/backend/cpu/parallel.h"
+
+namespace tandem::backend::cpu {
+namespace {
+
+// Labels are data, not shapes: they are checked here, before any parallel loop, so a bad one
+// is an error naming its row rather than a read past the end of a row.
+void check_labels(const char* op, const Tensor& labels, int64_t classes) {
+  const int64_t* l = labels.data<int64_t>();
+  for (int64_t i = 0; i < labels.numel(); ++i) {
+    TANDEM_CHECK(l[i] >= 0 && l[i] < classes, ErrorCode::kInvalidArgument,
+                 "{}: labels[{}] = {} is outside [0, {}) for logits with {} classes", op, i, l[i], classes,
+                 classes);
+  }
+}
+
+float dropout_scale(float p) { return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; }
+
+}  // namespace
+
+void softmax_cross_entropy_forward(Ctx& ctx, const Tensor& logits, const Tensor& labels, float label_smoothing,
+                                   Tensor& loss, Tensor& probs) {
+  apply_thread_budget(ctx);
+  int64_t rows = logits.dim(0), k = logits.dim(1);
+  check_labels("softmax_cross_entropy_forward", labels, k);
+  const float* z = logits.data<float>();
+  const int64_t* l = labels.data<int64_t>();
+  float* out = loss.data<float>();
+  float* pr = probs.data<float>();
+  double s = label_smoothing;
+  // loss = lse - sum_j target_j z_j with target = (1 - s) onehot + s / K.
+#pragma omp parallel for schedule(static) if (rows * k >= kParallelGrain)
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* zi = z + i * k;
+    float m = zi[0];
+    for (int64_t j = 1; j < k; ++j) m = zi[j] > m ? zi[j] : m;
+    double se = 0.0, sz = 0.0;
+    for (int64_t j = 0; j < k; ++j) {
+      se += std::exp(static_cast<double>(zi[j] - m));
+      sz += zi[j];
+    }
+    double lse = m + std::log(se);
+    for (int64_t j = 0; j < k; ++j) pr[i * k + j] = static_cast<float>(std::exp(zi[j] - lse));
+    out[i] = static_cast<float>(lse - (1.0 - s) * zi[l[i]] - s / static_cast<double>(k) * sz);
+  }
+}
+
+void softmax_cross_entropy_backward(Ctx& ctx, const Tensor& probs, const Tensor& labels, float label_smoothing,
+                                    const Tensor& dloss, Tensor& dlogits) {
+  apply_thread_budget(ctx);
+  int64_t rows = probs.dim(0), k = probs.dim(1);
+  check_labels("softmax_cross_entropy_backward", labels, k);
+  const float* pr = probs.data<float>();
+  const int64_t* l = labels.data<int64_t>();
+  const float* g = dloss.data<float>();
+  float* dz = dlogits.data<float>();
+  float off = label_smoothing / static_cast<float>(k);
+  float on = 1.0f - label_smoothing + off;
+#pragma omp parallel for schedule(static) if (rows * k >= kParallelGrain)
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < k; ++j) dz[i * k + j] = g[i] * (pr[i * k + j] - off);
+    dz[i * k + l[i]] = g[i] * (pr[i * k + l[i]] - on);
+  }
+}
+
+void dropout_forward(Ctx& ctx, const Tensor& x, float p, Tensor& y, Tensor& mask) {
+  apply_thread_budget(ctx);
+  const float* px = x.data<float>();
+  float* py = y.data<float>();
+  uint8_t* m = mask.data<uint8_t>();
+  Generator& gen = ctx.generator();
+  // The mask is drawn serially: the generator's sequence is what makes a run repeat bitwise.
+  for (int64_t i = 0; i < x.numel(); ++i) m[i] = p > 0.0f && gen.uniform() < p ? 0 : 1;
+  float kept = dropout_scale(p);
+  parallel_for(x.numel(), [=](int64_t i) { py[i] = m[i] != 0 ? px[i] * kept : 0.0f; });
+}
+
+void dropout_backward(Ctx& ctx, const Tensor& dy, const Tensor& mask, float p, Tensor& dx) {
+  apply_thread_budget(ctx);
+  const float* g = dy.data<float>();
+  const uint8_t* m = mask.data<uint8_t>();
+  float* gx = dx.data<float>();
+  float kept = dropout_scale(p);
+  parallel_for(dy.numel(), [=](int64_t i) { gx[i] = m[i] != 0 ? g[i] * kept : 0.0f; });
+}
+
+}  // namespace tandem::backend::cpu

@@ -1,0 +1,84 @@
+// Matrix products through oneDNN's matmul: the transposes are expressed as strides of the
+// memory descriptors, so no operand is ever copied. Linear layers are matmuls with a bias.
+#include <vector>
+
+#include "engine/backend/cpu/cpu_kernels.h"
+#include "engine/backend/cpu/dnnl_util.h"
+#include "engine/backend/cpu/plan_cache.h"
+
+namespace tandem::backend::cpu {
+namespace {
+
+struct MatmulPlan {
+  memory::desc a_md, b_md, bias_md, c_md;
+  dnnl::matmul::primitive_desc pd;
+  dnnl::matmul prim;
+};
+
+// The logical (rows, cols) matrix of a 2-D tensor that is stored transposed when transposed.
+memory::desc matrix_md(const Tensor& t, bool transposed) {
+  int64_t rows = transposed ? t.dim(1) : t.dim(0);
+  int64_t cols = transposed ? t.dim(0) : t.dim(1);
+  memory::dims strides = transposed ? memory::dims{1, rows} : memory::dims{cols, 1};
+  return memory::desc({rows, cols}, memory::data_type::f32, strides);
+}
+
+// c = a' b' (+ bias broadcast over rows).
+void run_matmul(Ctx& ctx, const Tensor& a, const Tensor& b, bool ta, bool tb, const Tensor& bias, Tensor& c) {
+  apply_thread_budget(ctx);
+  static PlanCache<MatmulPlan> cache;
+  PlanKey key(1);
+  key.add(a.shape().dims()).add(b.shape().dims()).add({ta ? 1 : 0, tb ? 1 : 0, bias.defined() ? 1 : 0});
+  key.add(ctx.num_threads());
+  const MatmulPlan& plan = cache.get(key, [&] {
+    return dnnl_check("matmul::primitive_desc", {&a, &b, &bias, &c}, [&] {
+      MatmulPlan m{matrix_md(a, ta), matrix_md(b, tb), {}, matrix_md(c, false), {}, {}};
+      if (bias.defined()) {
+        m.bias_md = memory::desc({1, c.dim(1)}, memory::data_type::f32, memory::format_tag::ab);
+        m.pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(m.a_md, m.b_md, m.bias_md, m.c_md),
+                                            user_scratchpad_attr(), cpu_engine());
+      } else {
+        m.pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(m.a_md, m.b_md, m.c_md), user_scratchpad_attr(),
+                                            cpu_engine());
+      }
+      m.prim = dnnl::matmul(m.pd);
+      return m;
+    });
+  });
+  Args args{{DNNL_ARG_SRC, make_memory(plan.a_md, a)},
+            {DNNL_ARG_WEIGHTS, make_memory(plan.b_md, b)},
+            {DNNL_ARG_DST, make_memory(plan.c_md, c)}};
+  if (bias.defined()) args.insert({DNNL_ARG_BIAS, make_memory(plan.bias_md, bias)});
+  Tensor scratch = add_scratchpad(ctx, plan.pd, args);
+  execute("matmul::execute", {&a, &b, &bias, &c}, plan.prim, args);
+}
+
+}  // namespace
+
+void matmul(Ctx& ctx, const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b, Tensor& c) {
+  run_matmul(ctx, a, b, transpose_a, transpose_b, Tensor(), c);
+}
+
+void linear_forward(Ctx& ctx, const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) {
+  run_matmul(ctx, x, w, false, true, b, y);  // (N, in) (in, out) + (1, out)
+}
+
+void linear_backward_data(Ctx& ctx, const Tensor& dy, const Tensor& w, Tensor& dx) {
+  run_matmul(ctx, dy, w, false, false, Tensor(), dx);  // (N, out) (out, in)
+}
+
+void linear_backward_weights(Ctx& ctx, const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& db) {
+  run_matmul(ctx, dy, x, true, false, Tensor(), dw);  // (out, N) (N, in)
+  if (!db.defined()) return;
+  // Column sums of dy, row by row so the inner loop runs along memory; double keeps long batches exact.
+  int64_t rows = dy.dim(0), cols = dy.dim(1);
+  const float* g = dy.data<float>();
+  float* out = db.data<float>();
+  std::vector<double> acc(static_cast<size_t>(cols), 0.0);
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = 0; j < cols; ++j) acc[static_cast<size_t>(j)] += g[i * cols + j];
+  }
+  for (int64_t j = 0; j < cols; ++j) out[j] = static_cast<float>(acc[static_cast<size_t>(j)]);
+}
+
+}  // namespace tandem::backend::cpu

@@ -1,0 +1,13 @@
+// The CPU optimizer kernels that cpu_backend.cpp puts in the KernelTable (contracts in kernels.h).
+#pragma once
+
+#include "engine/backend/kernels.h"
+
+namespace tandem::backend::cpu {
+
+void sgd_update(Ctx&, const SgdParams&, const Tensor* w, const Tensor* dw, const Tensor* v, size_t count);
+void adamw_update(Ctx&, const AdamWParams&, const Tensor* w, const Tensor* dw, const Tensor* m, const Tensor* v,
+                  size_t count);
+void squared_norm(Ctx&, const Tensor* x, size_t count, Tensor& y);
+
+}  // namespace tandem::backend::cpu

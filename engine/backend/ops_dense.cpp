@@ -1,0 +1,200 @@
+// The checked entry points of ops.h for matrix products, elementwise ops, the sum, softmax
+// cross-entropy and dropout: validate once, allocate outputs, call the device's kernel table.
+#include "engine/backend/ops.h"
+#include "engine/backend/ops_validate.h"
+
+namespace tandem::backend {
+namespace {
+
+using namespace detail;
+
+void check_f32(std::string_view op, std::string_view arg, const Tensor& t, const Ctx& ctx) {
+  check_tensor(op, arg, t, ctx, DType::kF32, -1, "");
+}
+
+}  // namespace
+
+Tensor matmul(Ctx& ctx, const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b) {
+  constexpr std::string_view op = "matmul";
+  check_tensor(op, "a", a, ctx, DType::kF32, 2, transpose_a ? "(K, M)" : "(M, K)");
+  check_tensor(op, "b", b, ctx, DType::kF32, 2, transpose_b ? "(N, K)" : "(K, N)");
+  int64_t ka = transpose_a ? a.dim(0) : a.dim(1);
+  int64_t kb = transpose_b ? b.dim(1) : b.dim(0);
+  TANDEM_CHECK(ka == kb, ErrorCode::kInvalidArgument,
+               "{}: a has shape {} (K = {} with transpose_a = {}) but b has shape {} (K = {} with transpose_b = {})",
+               op, a.shape().str(), ka, transpose_a, b.shape().str(), kb, transpose_b);
+  auto fn = entry(table(ctx).matmul, op, ctx);
+  Tensor c = like(ctx, {transpose_a ? a.dim(1) : a.dim(0), transpose_b ? b.dim(0) : b.dim(1)},
+                  MemoryFormat::kContiguous);
+  fn(ctx, a, b, transpose_a, transpose_b, c);
+  return c;
+}
+
+Tensor linear_forward(Ctx& ctx, const Tensor& x, const Tensor& w, const Tensor& b) {
+  constexpr std::string_view op = "linear_forward";
+  check_tensor(op, "x", x, ctx, DType::kF32, 2, "(N, in)");
+  check_tensor(op, "w", w, ctx, DType::kF32, 2, "(out, in)");
+  TANDEM_CHECK(w.dim(1) == x.dim(1), ErrorCode::kInvalidArgument,
+               "{}: w has shape {} but x has {} features ({}); w must be (out, {})", op, w.shape().str(), x.dim(1),
+               x.shape().str(), x.dim(1));
+  if (b.defined()) check_vector(op, "b", b, ctx, w.dim(0), "outputs", "w", w.shape());
+  auto fn = entry(table(ctx).linear_forward, op, ctx);
+  Tensor y = like(ctx, {x.dim(0), w.dim(0)}, MemoryFormat::kContiguous);
+  fn(ctx, x, w, b, y);
+  return y;
+}
+
+Tensor linear_backward_data(Ctx& ctx, const Tensor& dy, const Tensor& w) {
+  constexpr std::string_view op = "linear_backward_data";
+  check_tensor(op, "dy", dy, ctx, DType::kF32, 2, "(N, out)");
+  check_tensor(op, "w", w, ctx, DType::kF32, 2, "(out, in)");
+  TANDEM_CHECK(w.dim(0) == dy.dim(1), ErrorCode::kInvalidArgument,
+               "{}: w has shape {} but dy has {} outputs ({}); w must be ({}, in)", op, w.shape().str(), dy.dim(1),
+               dy.shape().str(), dy.dim(1));
+  auto fn = entry(table(ctx).linear_backward_data, op, ctx);
+  Tensor dx = like(ctx, {dy.dim(0), w.dim(1)}, MemoryFormat::kContiguous);
+  fn(ctx, dy, w, dx);
+  return dx;
+}
+
+LinearWeightGrads linear_backward_weights(Ctx& ctx, const Tensor& x, const Tensor& dy, bool with_bias) {
+  constexpr std::string_view op = "linear_backward_weights";
+  check_tensor(op, "x", x, ctx, DType::kF32, 2, "(N, in)");
+  check_tensor(op, "dy", dy, ctx, DType::kF32, 2, "(N, out)");
+  TANDEM_CHECK(x.dim(0) == dy.dim(0), ErrorCode::kInvalidArgument,
+               "{}: dy has shape {} but x has shape {}; their batch sizes (first dimension) must agree", op,
+               dy.shape().str(), x.shape().str());
+  auto fn = entry(table(ctx).linear_backward_weights, op, ctx);
+  LinearWeightGrads g{like(ctx, {dy.dim(1), x.dim(1)}, MemoryFormat::kContiguous), Tensor()};
+  if (with_bias) g.db = like(ctx, {dy.dim(1)}, MemoryFormat::kContiguous);
+  fn(ctx, x, dy, g.dw, g.db);
+  return g;
+}
+
+Tensor add(Ctx& ctx, const Tensor& a, const Tensor& b) {
+  check_f32("add", "a", a, ctx);
+  check_f32("add", "b", b, ctx);
+  check_same("add", "a", a, "b", b);
+  auto fn = entry(table(ctx).add, "add", ctx);
+  Tensor y = like(ctx, a.shape(), a.format());
+  fn(ctx, a, b, y);
+  return y;
+}
+
+Tensor mul(Ctx& ctx, const Tensor& a, const Tensor& b) {
+  check_f32("mul", "a", a, ctx);
+  check_f32("mul", "b", b, ctx);
+  check_same("mul", "a", a, "b", b);
+  auto fn = entry(table(ctx).mul, "mul", ctx);
+  Tensor y = like(ctx, a.shape(), a.format());
+  fn(ctx, a, b, y);
+  return y;
+}
+
+Tensor scale(Ctx& ctx, const Tensor& x, float alpha) {
+  check_f32("scale", "x", x, ctx);
+  auto fn = entry(table(ctx).scale, "scale", ctx);
+  Tensor y = like(ctx, x.shape(), x.format());
+  fn(ctx, x, alpha, y);
+  return y;
+}
+
+void axpy(Ctx& ctx, float alpha, const Tensor& x, Tensor& y) {
+  check_f32("axpy", "x", x, ctx);
+  check_f32("axpy", "y", y, ctx);
+  check_same("axpy", "x", x, "y", y);
+  entry(table(ctx).axpy, "axpy", ctx)(ctx, alpha, x, y);
+}
+
+void fill(Ctx& ctx, float value, Tensor& y) {
+  check_f32("fill", "y", y, ctx);
+  entry(table(ctx).fill, "fill", ctx)(ctx, value, y);
+}
+
+Tensor sum(Ctx& ctx, const Tensor& x) {
+  check_f32("sum", "x", x, ctx);
+  auto fn = entry(table(ctx).sum, "sum", ctx);
+  Tensor y = like(ctx, Shape(), MemoryFormat::kContiguous);
+  fn(ctx, x, y);
+  return y;
+}
+
+namespace {
+
+void check_labels(std::string_view op, const Tensor& labels, const Ctx& ctx, const Tensor& ref,
+                  std::string_view ref_name) {
+  check_tensor(op, "labels", labels, ctx, DType::kI64, 1, "(N)");
+  TANDEM_CHECK(labels.dim(0) == ref.dim(0), ErrorCode::kInvalidArgument,
+               "{}: labels has shape {} but {} has {} rows ({}); labels must be ({})", op, labels.shape().str(),
+               ref_name, ref.dim(0), ref.shape().str(), ref.dim(0));
+}
+
+void check_smoothing(std::string_view op, float s) {
+  TANDEM_CHECK(s >= 0.0f && s <= 1.0f, ErrorCode::kInvalidArgument, "{}: label_smoothing = {} must lie in [0, 1]",
+               op, s);
+}
+
+}  // namespace
+
+SoftmaxCrossEntropyForward softmax_cross_entropy_forward(Ctx& ctx, const Tensor& logits, const Tensor& labels,
+                                                         float label_smoothing) {
+  constexpr std::string_view op = "softmax_cross_entropy_forward";
+  check_tensor(op, "logits", logits, ctx, DType::kF32, 2, "(N, K)");
+  TANDEM_CHECK(logits.dim(1) > 0, ErrorCode::kInvalidArgument, "{}: logits {} has no classes", op,
+               logits.shape().str());
+  check_labels(op, labels, ctx, logits, "logits");
+  check_smoothing(op, label_smoothing);
+  auto fn = entry(table(ctx).softmax_cross_entropy_forward, op, ctx);
+  SoftmaxCrossEntropyForward out{like(ctx, {logits.dim(0)}, MemoryFormat::kContiguous),
+                                 like(ctx, logits.shape(), MemoryFormat::kContiguous)};
+  fn(ctx, logits, labels, label_smoothing, out.loss, out.probs);
+  return out;
+}
+
+Tensor softmax_cross_entropy_backward(Ctx& ctx, const Tensor& probs, const Tensor& labels, float label_smoothing,
+                                      const Tensor& dloss) {
+  constexpr std::string_view op = "softmax_cross_entropy_backward";
+  check_tensor(op, "probs", probs, ctx, DType::kF32, 2, "(N, K)");
+  check_labels(op, labels, ctx, probs, "probs");
+  check_smoothing(op, label_smoothing);
+  check_tensor(op, "dloss", dloss, ctx, DType::kF32, 1, "(N)");
+  TANDEM_CHECK(dloss.dim(0) == probs.dim(0), ErrorCode::kInvalidArgument,
+               "{}: dloss has shape {} but probs has {} rows ({}); dloss must be ({})", op, dloss.shape().str(),
+               probs.dim(0), probs.shape().str(), probs.dim(0));
+  auto fn = entry(table(ctx).softmax_cross_entropy_backward, op, ctx);
+  Tensor dlogits = like(ctx, probs.shape(), MemoryFormat::kContiguous);
+  fn(ctx, probs, labels, label_smoothing, dloss, dlogits);
+  return dlogits;
+}
+
+namespace {
+
+void check_probability(std::string_view op, float p) {
+  TANDEM_CHECK(p >= 0.0f && p <= 1.0f, ErrorCode::kInvalidArgument, "{}: p = {} must lie in [0, 1]", op, p);
+}
+
+}  // namespace
+
+DropoutForward dropout_forward(Ctx& ctx, const Tensor& x, float p) {
+  constexpr std::string_view op = "dropout_forward";
+  check_f32(op, "x", x, ctx);
+  check_probability(op, p);
+  auto fn = entry(table(ctx).dropout_forward, op, ctx);
+  DropoutForward out{like(ctx, x.shape(), x.format()), like(ctx, x.shape(), x.format(), DType::kU8)};
+  fn(ctx, x, p, out.y, out.mask);
+  return out;
+}
+
+Tensor dropout_backward(Ctx& ctx, const Tensor& dy, const Tensor& mask, float p) {
+  constexpr std::string_view op = "dropout_backward";
+  check_f32(op, "dy", dy, ctx);
+  check_tensor(op, "mask", mask, ctx, DType::kU8, -1, "(from dropout_forward)");
+  check_same(op, "dy", dy, "mask", mask);
+  check_probability(op, p);
+  auto fn = entry(table(ctx).dropout_backward, op, ctx);
+  Tensor dx = like(ctx, dy.shape(), dy.format());
+  fn(ctx, dy, mask, p, dx);
+  return dx;
+}
+
+}  // namespace tandem::backend
