@@ -52,13 +52,15 @@ Compression detect_compression(const unsigned char* head, size_t size) {
   return Compression::kNone;
 }
 
-Compression detect_file_compression(const std::string& path) {
+Compression detect_file_compression(const std::string& path, bool* certain) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
   TANDEM_CHECK(f != nullptr, ErrorCode::kNotFound, "cannot open {}: {}", path, std::strerror(errno));
   unsigned char head[12];
   size_t got = std::fread(head, 1, sizeof(head), f);
   std::fclose(f);
-  return detect_compression(head, got);
+  Compression c = detect_compression(head, got);
+  if (certain != nullptr) *certain = c != Compression::kNone || got == 0 || valid_record_header(head, got);
+  return c;
 }
 
 }  // namespace tandem::data

@@ -18,7 +18,8 @@ Compression parse_compression(std::string_view name);
 // length CRC matches) wins over magic bytes, because a record length can begin 1f 8b or 78 xx.
 Compression detect_compression(const unsigned char* head, size_t size);
 
-// Opens path, reads its head and detects; an empty or unreadable file says kNone / throws.
-Compression detect_file_compression(const std::string& path);
+// Opens path, reads its head and detects; throws kNotFound when it cannot be opened.
+// *certain (optional) is false when the bytes match nothing, and kNone is only the fallback.
+Compression detect_file_compression(const std::string& path, bool* certain = nullptr);
 
 }  // namespace tandem::data

@@ -51,9 +51,10 @@ OnCorrupt parse_on_corrupt(std::string_view name) {
 }
 
 Compression resolve_compression(const std::string& path, Compression stated) {
-  Compression detected = detect_file_compression(path);
+  bool certain = false;
+  Compression detected = detect_file_compression(path, &certain);
   if (stated == Compression::kAuto) return detected;
-  if (stated != detected) {
+  if (stated != detected && certain) {
     spdlog::warn("{}: compression stated as {} but the bytes look {}; reading as {}", path, compression_name(stated),
                  compression_name(detected), compression_name(stated));
   }

@@ -1,0 +1,119 @@
+// JPEG (libjpeg-turbo's TurboJPEG API, one handle per loader thread) and PNG (libpng's
+// simplified API) decoding into packed (H, W, C) bytes.
+#include "data/pipeline/image_decode.h"
+
+#include <png.h>
+#include <turbojpeg.h>
+
+#include <cstring>
+#include <memory>
+
+#include "engine/core/error.h"
+#include "engine/core/suggest.h"
+
+namespace tandem::data {
+namespace {
+
+// One decompressor per thread: creating one costs more than decoding a small image.
+tjhandle thread_decoder() {
+  struct Handle {
+    tjhandle h = tjInitDecompress();
+    ~Handle() {
+      if (h != nullptr) tjDestroy(h);
+    }
+  };
+  thread_local Handle handle;
+  TANDEM_CHECK(handle.h != nullptr, ErrorCode::kInternal, "tjInitDecompress failed: {}", tjGetErrorStr2(nullptr));
+  return handle.h;
+}
+
+}  // namespace
+
+std::string_view image_format_name(ImageFormat format) {
+  switch (format) {
+    case ImageFormat::kAuto: return "auto";
+    case ImageFormat::kJpeg: return "jpeg";
+    case ImageFormat::kPng: return "png";
+    case ImageFormat::kRaw: return "raw";
+  }
+  return "?";
+}
+
+ImageFormat parse_image_format(std::string_view name) {
+  for (ImageFormat f : {ImageFormat::kAuto, ImageFormat::kJpeg, ImageFormat::kPng, ImageFormat::kRaw}) {
+    if (name == image_format_name(f)) return f;
+  }
+  throw_error(ErrorCode::kInvalidArgument, "unknown image format '{}': expected auto, jpeg, png or raw{}", name,
+              did_you_mean(name, {"auto", "jpeg", "png", "raw"}));
+}
+
+ImageFormat sniff_image_format(std::string_view bytes) {
+  if (bytes.size() >= 3 && static_cast<uint8_t>(bytes[0]) == 0xFF && static_cast<uint8_t>(bytes[1]) == 0xD8 &&
+      static_cast<uint8_t>(bytes[2]) == 0xFF) {
+    return ImageFormat::kJpeg;
+  }
+  if (bytes.size() >= 8 && std::memcmp(bytes.data(), "\x89PNG\r\n\x1a\n", 8) == 0) return ImageFormat::kPng;
+  return ImageFormat::kRaw;
+}
+
+ImageSize jpeg_size(std::string_view bytes) {
+  int w = 0, h = 0, subsamp = 0, colorspace = 0;
+  int rc = tjDecompressHeader3(thread_decoder(), reinterpret_cast<const unsigned char*>(bytes.data()),
+                               static_cast<unsigned long>(bytes.size()), &w, &h, &subsamp, &colorspace);
+  TANDEM_CHECK(rc == 0, ErrorCode::kDataLoss, "JPEG header ({} bytes): {}", bytes.size(),
+               tjGetErrorStr2(thread_decoder()));
+  return {w, h};
+}
+
+void decode_jpeg(std::string_view bytes, int channels, int need_w, int need_h, Image* out, int* scale_num,
+                 int* scale_den) {
+  TANDEM_CHECK(channels == 1 || channels == 3, ErrorCode::kInvalidArgument, "decode_jpeg: channels {} (1 or 3)",
+               channels);
+  tjhandle tj = thread_decoder();
+  ImageSize full = jpeg_size(bytes);
+  // Factors come largest first (2/1 ... 1/8); keep the smallest one <= 1 that is still big enough.
+  int count = 0;
+  tjscalingfactor* factors = tjGetScalingFactors(&count);
+  tjscalingfactor best{1, 1};
+  for (int i = 0; i < count && need_w > 0 && need_h > 0; ++i) {
+    tjscalingfactor f = factors[i];
+    if (f.num > f.denom) continue;
+    if (TJSCALED(full.width, f) >= need_w && TJSCALED(full.height, f) >= need_h &&
+        f.num * best.denom < best.num * f.denom) {
+      best = f;
+    }
+  }
+  out->width = TJSCALED(full.width, best);
+  out->height = TJSCALED(full.height, best);
+  out->channels = channels;
+  out->pixels.resize(static_cast<size_t>(out->width) * out->height * channels);
+  int rc = tjDecompress2(tj, reinterpret_cast<const unsigned char*>(bytes.data()),
+                         static_cast<unsigned long>(bytes.size()), out->pixels.data(), out->width, 0, out->height,
+                         channels == 3 ? TJPF_RGB : TJPF_GRAY, 0);
+  // A warning (rc -1 with TJERR_WARNING) still gives an image, as TensorFlow's decoder accepts.
+  TANDEM_CHECK(rc == 0 || tjGetErrorCode(tj) == TJERR_WARNING, ErrorCode::kDataLoss, "JPEG decode ({} bytes): {}",
+               bytes.size(), tjGetErrorStr2(tj));
+  if (scale_num != nullptr) *scale_num = best.num;
+  if (scale_den != nullptr) *scale_den = best.denom;
+}
+
+void decode_png(std::string_view bytes, int channels, Image* out) {
+  TANDEM_CHECK(channels == 1 || channels == 3, ErrorCode::kInvalidArgument, "decode_png: channels {} (1 or 3)",
+               channels);
+  png_image image;
+  std::memset(&image, 0, sizeof image);
+  image.version = PNG_IMAGE_VERSION;
+  TANDEM_CHECK(png_image_begin_read_from_memory(&image, bytes.data(), bytes.size()) != 0, ErrorCode::kDataLoss,
+               "PNG header ({} bytes): {}", bytes.size(), image.message);
+  image.format = channels == 3 ? PNG_FORMAT_RGB : PNG_FORMAT_GRAY;
+  out->width = static_cast<int>(image.width);
+  out->height = static_cast<int>(image.height);
+  out->channels = channels;
+  out->pixels.resize(PNG_IMAGE_SIZE(image));
+  int ok = png_image_finish_read(&image, nullptr, out->pixels.data(), 0, nullptr);
+  std::string message = image.message;
+  png_image_free(&image);
+  TANDEM_CHECK(ok != 0, ErrorCode::kDataLoss, "PNG decode ({} bytes): {}", bytes.size(), message);
+}
+
+}  // namespace tandem::data

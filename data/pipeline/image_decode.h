@@ -1,0 +1,41 @@
+// Image decoders for loader threads: JPEG through libjpeg-turbo, decoded at the smallest of its
+// scaling factors (1/8 .. 1) that keeps the region needed at least as large as the target, and
+// PNG through libpng. Output is interleaved 8-bit (H, W, C); errors are tandem::Error(kDataLoss).
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+namespace tandem::data {
+
+struct Image {
+  std::vector<uint8_t> pixels;  // (H, W, C), rows packed
+  int width = 0;
+  int height = 0;
+  int channels = 0;
+  const uint8_t* row(int y) const { return pixels.data() + static_cast<size_t>(y) * width * channels; }
+};
+
+enum class ImageFormat { kAuto, kJpeg, kPng, kRaw };
+std::string_view image_format_name(ImageFormat format);  // "auto", "jpeg", "png", "raw"
+ImageFormat parse_image_format(std::string_view name);
+// From the first bytes; kRaw when neither the JPEG nor the PNG signature is there.
+ImageFormat sniff_image_format(std::string_view bytes);
+
+struct ImageSize {
+  int width = 0;
+  int height = 0;
+};
+
+// The JPEG's size from its header, without decoding.
+ImageSize jpeg_size(std::string_view bytes);
+
+// Decodes a JPEG to RGB (channels 3) or grayscale (channels 1). When need_w/need_h are given,
+// decodes at the smallest libjpeg-turbo scale whose size is still >= (need_w, need_h) and
+// returns that scale as scale_num/scale_den (1/1 when decoding at full size).
+void decode_jpeg(std::string_view bytes, int channels, int need_w, int need_h, Image* out, int* scale_num,
+                 int* scale_den);
+void decode_png(std::string_view bytes, int channels, Image* out);
+
+}  // namespace tandem::data

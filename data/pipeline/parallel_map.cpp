@@ -1,0 +1,210 @@
+// map(fn, num_parallel_calls, deterministic): workers pull inputs in turn (numbered in pull
+// order), apply fn in parallel, and the consumer takes results in that order, or in any
+// order when not deterministic. In-flight work is bounded in count and buffered bytes.
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "data/pipeline/nodes.h"
+#include "data/pipeline/stop_scope.h"
+#include "engine/core/error.h"
+
+namespace tandem::data::nodes {
+namespace {
+
+struct Result {
+  Element element;
+  std::exception_ptr error;
+  size_t bytes = 0;
+};
+
+class ParallelMapIterator final : public Iterator {
+ public:
+  ParallelMapIterator(const Node& input, MapFn fn, int threads, bool deterministic, const IteratorContext& ctx,
+                      std::shared_ptr<StageStats> stats)
+      : scope_(ctx.stop), fn_(std::move(fn)), deterministic_(deterministic),
+        capacity_(static_cast<size_t>(threads) * 2), max_bytes_(ctx.budget.queue_bytes), stats_(std::move(stats)) {
+    IteratorContext child = ctx;
+    child.stop = scope_.token();
+    input_ = input->make_iterator(child);
+    for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { work(); });
+  }
+
+  ~ParallelMapIterator() override {
+    scope_.request_stop();
+    for (std::thread& t : threads_) t.join();
+  }
+
+  bool next(Element* out) override {
+    std::unique_lock lock(mutex_);
+    if (failed_) return false;
+    auto ready = [&] {
+      return (deterministic_ ? done_.count(consumed_) > 0 : !done_.empty()) || (input_done_ && consumed_ == end_seq_);
+    };
+    if (!changed_.wait(lock, scope_.token(), ready)) throw_stopped();
+    if (done_.empty() || (deterministic_ && done_.count(consumed_) == 0)) return false;  // the end
+    auto it = deterministic_ ? done_.find(consumed_) : done_.begin();
+    Result result = std::move(it->second);
+    done_.erase(it);
+    ++consumed_;
+    --in_flight_;
+    buffered_bytes_ -= result.bytes;
+    changed_.notify_all();
+    if (result.error) {
+      failed_ = true;  // an error ends the stream: later calls see its end, never a hang
+      std::rethrow_exception(result.error);
+    }
+    *out = std::move(result.element);
+    return true;
+  }
+
+ private:
+  // Reserves a slot; false when the input is done or the pipeline stops.
+  bool reserve() {
+    std::unique_lock lock(mutex_);
+    bool ok = changed_.wait(lock, scope_.token(), [&] {
+      return input_done_ || (in_flight_ < capacity_ && (buffered_bytes_ < max_bytes_ || done_.empty()));
+    });
+    if (!ok || input_done_) return false;
+    ++in_flight_;
+    return true;
+  }
+
+  void release_unused() {
+    std::lock_guard lock(mutex_);
+    --in_flight_;
+    changed_.notify_all();
+  }
+
+  void work() {
+    while (reserve()) {
+      Element in;
+      Result result;
+      uint64_t seq = 0;
+      bool got = false;
+      {
+        // Inputs are pulled one at a time, so numbering them here keeps the input's order.
+        std::lock_guard pull(pull_mutex_);
+        if (pulled_end_) {
+          release_unused();
+          return;
+        }
+        try {
+          got = input_->next(&in);
+        } catch (...) {
+          result.error = std::current_exception();
+        }
+        seq = next_seq_++;
+        if (!got) {
+          pulled_end_ = true;
+          finish_input(result.error ? seq + 1 : seq);
+          if (!result.error) {
+            release_unused();
+            return;
+          }
+        }
+      }
+      if (got) apply(std::move(in), &result);
+      publish(seq, std::move(result));
+    }
+  }
+
+  void apply(Element in, Result* result) {
+    try {
+      BusyTimer timer(stats_.get());
+      result->element = fn_(std::move(in));
+      result->bytes = result->element.bytes();
+      stats_->elements.fetch_add(1, std::memory_order_relaxed);
+    } catch (...) {
+      result->error = std::current_exception();
+    }
+  }
+
+  void finish_input(uint64_t end_seq) {
+    std::lock_guard lock(mutex_);
+    input_done_ = true;
+    end_seq_ = end_seq;
+    changed_.notify_all();
+  }
+
+  void publish(uint64_t seq, Result result) {
+    std::lock_guard lock(mutex_);
+    buffered_bytes_ += result.bytes;
+    done_.emplace(seq, std::move(result));
+    changed_.notify_all();
+  }
+
+  StopScope scope_;
+  MapFn fn_;
+  const bool deterministic_;
+  const size_t capacity_;
+  const size_t max_bytes_;
+  std::shared_ptr<StageStats> stats_;
+  std::unique_ptr<Iterator> input_;
+
+  std::mutex pull_mutex_;  // serializes input_->next and numbering
+  uint64_t next_seq_ = 0;
+  bool pulled_end_ = false;
+
+  std::mutex mutex_;  // guards everything below
+  std::condition_variable_any changed_;
+  std::map<uint64_t, Result> done_;
+  uint64_t consumed_ = 0;
+  uint64_t end_seq_ = 0;
+  bool input_done_ = false;
+  bool failed_ = false;
+  size_t in_flight_ = 0;  // reserved and not yet consumed
+  size_t buffered_bytes_ = 0;
+  std::vector<std::thread> threads_;
+};
+
+class MapNode final : public DatasetNode {
+ public:
+  MapNode(Node input, MapFn fn, int64_t parallel, bool deterministic, std::string name)
+      : input_(std::move(input)), fn_(std::move(fn)), parallel_(parallel), deterministic_(deterministic),
+        name_(std::move(name)) {}
+
+  std::unique_ptr<Iterator> make_iterator(const IteratorContext& ctx) const override {
+    auto stats = ctx.stats ? ctx.stats->stage(this, name_) : std::make_shared<StageStats>(name_);
+    int threads = resolve_parallelism(parallel_, ctx.budget, name_);
+    stats->parallelism = threads;
+    if (threads > 1) {
+      return std::make_unique<ParallelMapIterator>(input_, fn_, threads, deterministic_, ctx, std::move(stats));
+    }
+    // One call at a time runs in the puller's thread, as tf.data does.
+    struct It final : Iterator {
+      std::unique_ptr<Iterator> input;
+      MapFn fn;
+      std::shared_ptr<StageStats> stats;
+      bool next(Element* out) override {
+        Element in;
+        if (!input->next(&in)) return false;
+        BusyTimer timer(stats.get());
+        *out = fn(std::move(in));
+        stats->elements.fetch_add(1, std::memory_order_relaxed);
+        return true;
+      }
+    };
+    auto it = std::make_unique<It>();
+    it->input = input_->make_iterator(ctx);
+    it->fn = fn_;
+    it->stats = std::move(stats);
+    return it;
+  }
+
+ private:
+  Node input_;
+  MapFn fn_;
+  int64_t parallel_;
+  bool deterministic_;
+  std::string name_;
+};
+
+}  // namespace
+
+Node map(Node input, MapFn fn, int64_t num_parallel_calls, bool deterministic, std::string name) {
+  TANDEM_CHECK(fn != nullptr, ErrorCode::kInvalidArgument, "map: no function given");
+  return std::make_shared<MapNode>(std::move(input), std::move(fn), num_parallel_calls, deterministic, std::move(name));
+}
+
+}  // namespace tandem::data::nodes
