@@ -2,6 +2,7 @@
 #include "engine/backend/cpu/cpu_backend.h"
 
 #include "engine/backend/cpu/cpu_kernels.h"
+#include "engine/backend/cpu/cpu_optim.h"
 #include "engine/backend/cpu/plan_cache.h"
 
 namespace tandem::backend::cpu {
@@ -35,6 +36,9 @@ const KernelTable& kernel_table() {
     t.softmax_cross_entropy_backward = softmax_cross_entropy_backward;
     t.dropout_forward = dropout_forward;
     t.dropout_backward = dropout_backward;
+    t.sgd_update = sgd_update;
+    t.adamw_update = adamw_update;
+    t.squared_norm = squared_norm;
     return t;
   }();
   return table;

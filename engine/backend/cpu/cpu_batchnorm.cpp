@@ -174,6 +174,9 @@ void batchnorm_backward(Ctx& ctx, const BatchNormParams& p, const Tensor& x, con
             {DNNL_ARG_MEAN, make_memory(c_md, saved.mean)},
             {DNNL_ARG_VARIANCE, make_memory(c_md, var)},
             {DNNL_ARG_SCALE, make_memory(c_md, gamma)},
+            // oneDNN 2.6 checks that a shift is passed to the backward of use_shift but never
+            // reads it (the shift does not enter any gradient): gamma stands in for beta.
+            {DNNL_ARG_SHIFT, make_memory(c_md, gamma)},
             {DNNL_ARG_DIFF_SRC, make_memory(plan.x_md, dx)},
             {DNNL_ARG_DIFF_SCALE, make_memory(c_md, dgamma)},
             {DNNL_ARG_DIFF_SHIFT, make_memory(c_md, dbeta)}};
