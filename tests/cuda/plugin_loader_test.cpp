@@ -1,0 +1,45 @@
+// The CUDA plugin loader on any machine: it never throws, finds the plugin this tree built,
+// and says why CUDA is off when it is (here: no driver). Runs without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "engine/backend/plugin_loader.h"
+#include "engine/backend/shared_library.h"
+#include "engine/core/device.h"
+
+namespace tandem::backend {
+namespace {
+
+TEST(CudaPluginLoader, SearchesTheBuildTreeAndTheLoaderPath) {
+  auto candidates = cuda_plugin_candidates();
+  ASSERT_FALSE(candidates.empty());
+  EXPECT_EQ(candidates.back(), "libtandem_cuda.so");  // the system loader's search comes last
+  // Relative to this test's folder (build/tests) the build tree's plugin is ../engine/backend/cuda.
+  EXPECT_TRUE(std::any_of(candidates.begin(), candidates.end(), [](const std::string& c) {
+    return c.ends_with("engine/backend/cuda/libtandem_cuda.so");
+  }));
+}
+
+TEST(CudaPluginLoader, StatusExplainsItselfAndMatchesTheRegistry) {
+  const CudaPluginStatus& status = load_cuda_plugin();
+  EXPECT_EQ(&status, &load_cuda_plugin());  // loaded once per process
+  EXPECT_EQ(status.loaded, has_device_services(DeviceType::kCuda));
+  if (status.loaded) {
+    EXPECT_GT(status.device_count, 0);
+    return;
+  }
+  EXPECT_FALSE(status.error.empty());
+  EXPECT_FALSE(status.attempts.empty());
+  SharedLibrary driver("libcuda.so.1");
+  if (!driver.loaded()) {
+    // The plugin itself loads; cudart then finds no driver, and the status says so.
+    EXPECT_NE(status.error.find("libtandem_cuda.so loaded, but CUDA is not usable"), std::string::npos)
+        << status.error;
+    EXPECT_NE(status.error.find("cudaGetDeviceCount"), std::string::npos) << status.error;
+  }
+}
+
+}  // namespace
+}  // namespace tandem::backend

@@ -1,0 +1,101 @@
+// The doctor's pure parts: version encodings, which GPUs our kernels run on, and the verdict
+// from hand-built probe results.
+#include <gtest/gtest.h>
+
+#include "engine/backend/doctor/doctor.h"
+
+namespace tandem::backend {
+namespace {
+
+TEST(DoctorVersions, DecodesEachLibrarysEncoding) {
+  EXPECT_EQ(cuda_version_text(13000), "13.0");
+  EXPECT_EQ(cuda_version_text(12040), "12.4");
+  EXPECT_EQ(cudnn_version_text(91900), "9.19.0");
+  EXPECT_EQ(cudnn_version_text(8907), "8.9.7");
+  EXPECT_EQ(triple_version_text(130100), "13.1.0");
+  EXPECT_EQ(triple_version_text(22809), "2.28.9");
+}
+
+GpuReport gpu(int major, int minor) {
+  GpuReport g;
+  g.cc_major = major;
+  g.cc_minor = minor;
+  return g;
+}
+
+TEST(DoctorArchitectures, NativeSameMajorLaterMinor) {
+  GpuReport g = gpu(8, 9);
+  match_architectures(g, "75 80 86 90");
+  EXPECT_TRUE(g.kernels_usable);
+  EXPECT_EQ(g.kernels, "native (sm_86)");
+}
+
+TEST(DoctorArchitectures, NewerGpuRunsThroughPtx) {
+  GpuReport g = gpu(10, 0);
+  match_architectures(g, "75 80 86 90");
+  EXPECT_TRUE(g.kernels_usable);
+  EXPECT_EQ(g.kernels, "PTX JIT from compute_90 (slow first start)");
+}
+
+TEST(DoctorArchitectures, RealOnlyGivesNoPtxAndOlderGpusGetNothing) {
+  GpuReport newer = gpu(10, 0);
+  match_architectures(newer, "80-real 90-real");
+  EXPECT_FALSE(newer.kernels_usable);
+  GpuReport older = gpu(6, 1);
+  match_architectures(older, "75 80");
+  EXPECT_FALSE(older.kernels_usable);
+  EXPECT_EQ(older.kernels, "none (built for 75 80)");
+}
+
+DoctorReport healthy() {
+  DoctorReport r;
+  for (LibraryReport* lib : {&r.driver, &r.cuda_runtime, &r.cudnn, &r.cublas, &r.nccl}) lib->found = true;
+  r.driver.version = 13000;
+  r.cuda_runtime.name = "cuda_runtime";
+  r.cuda_runtime.version = 13000;
+  r.cudnn.name = "cudnn";
+  r.cudnn.version = 91900;
+  r.cublas.name = "cublas";
+  r.cublas.version = 130100;
+  r.nccl.name = "nccl";
+  r.nccl.version = 22809;
+  GpuReport g = gpu(9, 0);
+  g.kernels_usable = true;
+  r.gpus = {g};
+  return r;
+}
+
+TEST(DoctorDiagnosis, VerdictsAndExitCodes) {
+  DoctorReport ok = healthy();
+  diagnose(ok);
+  EXPECT_EQ(ok.verdict_line, "ready: cuda (1 GPU)");
+  EXPECT_EQ(ok.exit_code(), 0);
+
+  DoctorReport no_driver = healthy();
+  no_driver.driver.found = false;
+  no_driver.driver.error = "libcuda.so.1: cannot open shared object file";
+  no_driver.gpus.clear();
+  diagnose(no_driver);
+  EXPECT_EQ(no_driver.verdict, Verdict::kReadyCpuOnly);
+  EXPECT_EQ(no_driver.exit_code(), 0);
+
+  DoctorReport off_path = healthy();
+  off_path.cudnn.on_loader_path = false;
+  diagnose(off_path);
+  EXPECT_EQ(off_path.verdict, Verdict::kReadyCuda);
+  ASSERT_EQ(off_path.causes.size(), 1u);
+  EXPECT_EQ(off_path.causes[0].severity, Severity::kWarning);
+  EXPECT_NE(off_path.causes[0].fix.find("LD_LIBRARY_PATH"), std::string::npos);
+}
+
+TEST(DoctorDiagnosis, JsonEscapesErrors) {
+  DoctorReport r = healthy();
+  r.driver.found = false;
+  r.driver.error = "bad \"quote\"\n";
+  diagnose(r);
+  std::string json = render_json(r);
+  EXPECT_NE(json.find("bad \\\"quote\\\"\\n"), std::string::npos) << json;
+}
+
+}  // namespace
+}  // namespace tandem::backend

@@ -1,0 +1,110 @@
+// Every verdict path of the doctor, each against a folder of stand-in CUDA libraries with the
+// real sonames (built by tests/doctor/CMakeLists.txt), probed in a child process.
+#include <gtest/gtest.h>
+
+#include "tests/doctor/doctor_util.h"
+
+namespace tandem::testing {
+namespace {
+
+
+#define EXPECT_HAS(output, text) EXPECT_NE((output).find(text), std::string::npos) << (output)
+
+TEST(DoctorFakes, TwoGpusReady) {
+  ProbeResult r = run_probe("ready_2gpu");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_HAS(r.output, "ready: cuda (2 GPUs)");
+  EXPECT_HAS(r.output, "cuda:1  Fake GPU 1  80.0 GiB  compute capability 9.0  kernels: native (sm_90)");
+  EXPECT_HAS(r.output, "9.19.0");
+  EXPECT_HAS(r.output, "supports CUDA 13.0");
+  EXPECT_HAS(r.output, "2.28.9");
+  EXPECT_EQ(r.output.find("causes:"), std::string::npos) << r.output;
+}
+
+TEST(DoctorFakes, JsonCarriesEveryField) {
+  ProbeResult r = run_probe("ready_2gpu", "", "--json");
+  EXPECT_EQ(r.exit_code, 0);
+  for (const char* field : {"\"driver\": {\"found\": true, \"version\": \"13.0\"", "\"cuda_runtime\": {",
+                            "\"cudnn\": {\"found\": true, \"version\": \"9.19.0\"", "\"cublas\": {\"found\": true, \"version\": \"13.1.0\"",
+                            "\"nccl\": {\"found\": true, \"version\": \"2.28.9\"", "\"gpus\": [{\"index\": 0",
+                            "\"verdict\": \"ready: cuda (2 GPUs)\"", "\"causes\": []", "\"path\": \"/"}) {
+    EXPECT_HAS(r.output, field);
+  }
+}
+
+TEST(DoctorFakes, DriverTooOldIsNotReady) {
+  ProbeResult r = run_probe("old_driver");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_HAS(r.output, "not ready: driver too old: it supports CUDA up to 12.4, the CUDA runtime is 13.0");
+  EXPECT_HAS(r.output, "580.65.06");
+}
+
+TEST(DoctorFakes, MissingCudnnIsNotReady) {
+  ProbeResult r = run_probe("no_cudnn");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_HAS(r.output, "not ready: cuDNN missing: could not load libcudnn.so.9");
+  EXPECT_HAS(r.output, "install cuDNN 9 for CUDA 13");
+}
+
+TEST(DoctorFakes, CudnnMajorMismatchNamesTheOtherVersion) {
+  ProbeResult r = run_probe("cudnn8_only");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_HAS(r.output, "found libcudnn.so.8 at");
+  EXPECT_HAS(r.output, "(cuDNN 8.9.7)");
+  EXPECT_HAS(r.output, "install cuDNN 9 for CUDA 13");
+}
+
+TEST(DoctorFakes, CudnnBuiltForAnotherCudaIsNotReady) {
+  ProbeResult r = run_probe("cudnn_for_cuda12", "", "--json");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_HAS(r.output, "was built for CUDA 12.8, but the CUDA runtime is 13.0");
+  EXPECT_HAS(r.output, "\"verdict_code\": \"not_ready\"");
+}
+
+TEST(DoctorFakes, MissingNcclBlocksSeveralGpusOnly) {
+  ProbeResult two = run_probe("no_nccl_2gpu");
+  EXPECT_EQ(two.exit_code, 1);
+  EXPECT_HAS(two.output, "not ready: NCCL missing: could not load libnccl.so.2");
+  ProbeResult one = run_probe("no_nccl_1gpu");
+  EXPECT_EQ(one.exit_code, 0);
+  EXPECT_HAS(one.output, "ready: cuda (1 GPU)");
+  EXPECT_HAS(one.output, "[warning] NCCL missing");
+}
+
+TEST(DoctorFakes, NoGpuIsCpuOnly) {
+  ProbeResult r = run_probe("no_gpu");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_HAS(r.output, "driver init: cuInit: no CUDA-capable device is detected (100)");
+  EXPECT_HAS(r.output, "ready: cpu only (no GPU): no GPU visible");
+}
+
+TEST(DoctorFakes, CudaVisibleDevicesHidingEveryGpu) {
+  ProbeResult r = run_probe("ready_2gpu", "CUDA_VISIBLE_DEVICES=");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_HAS(r.output, "CUDA_VISIBLE_DEVICES: \"\" (hides every GPU)");
+  EXPECT_HAS(r.output, "ready: cpu only (no GPU): CUDA_VISIBLE_DEVICES=\"\" hides every GPU");
+  ProbeResult one = run_probe("ready_2gpu", "CUDA_VISIBLE_DEVICES=1");
+  EXPECT_HAS(one.output, "ready: cuda (1 GPU)");
+}
+
+TEST(DoctorFakes, NoDriverIsCpuOnlyAndNamesLibcuda) {
+  ProbeResult r = run_probe("no_driver");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_HAS(r.output, "ready: cpu only (no GPU): no NVIDIA driver: libcuda.so.1: not found in");
+}
+
+TEST(DoctorFakes, ConfiguredCudaWithoutGpuIsNotReady) {
+  ProbeResult r = run_probe("no_driver", "", "--device cuda");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_HAS(r.output, "not ready: device: cuda is configured, but no NVIDIA driver");
+}
+
+TEST(DoctorFakes, GpuWithoutOurKernelsIsNotReady) {
+  ProbeResult r = run_probe("pascal_gpu");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_HAS(r.output, "not ready: GPU 0 (Fake GPU 0, compute capability 6.1) has no Tandem kernels: they were built for sm 75 80 86 90");
+  EXPECT_HAS(r.output, "CMAKE_CUDA_ARCHITECTURES");
+}
+
+}  // namespace
+}  // namespace tandem::testing
