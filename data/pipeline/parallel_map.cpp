@@ -1,6 +1,7 @@
 // map(fn, num_parallel_calls, deterministic): workers pull inputs in turn (numbered in pull
 // order), apply fn in parallel, and the consumer takes results in that order, or in any
 // order when not deterministic. In-flight work is bounded in count and buffered bytes.
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <thread>

@@ -1,0 +1,177 @@
+// make_image_map: record -> {image, label}, with decoding scaled to what the crop needs.
+#include "data/pipeline/image_map.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "data/example_fast.h"
+#include "engine/core/error.h"
+#include "engine/core/suggest.h"
+
+namespace tandem::data {
+namespace {
+
+uint64_t mix(uint64_t h, uint64_t v) {
+  // splitmix64's finaliser: a cheap, well-spread hash step.
+  h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  h ^= h >> 30;
+  h *= 0xbf58476d1ce4e5b9ULL;
+  h ^= h >> 27;
+  h *= 0x94d049bb133111ebULL;
+  return h ^ (h >> 31);
+}
+
+struct Decoded {
+  Image image;
+  CropBox box;  // the region to resize, in the decoded image's pixels
+};
+
+// Picks the crop on the full-size image first, then decodes only as large as that crop needs.
+void decode_jpeg_for(std::string_view bytes, const AugmentOptions& a, Generator& rng, Decoded* out) {
+  ImageSize full = jpeg_size(bytes);
+  CropBox box{0, 0, static_cast<float>(full.width), static_cast<float>(full.height)};
+  if (a.random_resized_crop && a.crop_padding == 0 && a.height > 0) {
+    box = random_resized_crop_box(full.width, full.height, a.crop_range, rng);
+  }
+  int need_w = 0, need_h = 0;
+  if (a.height > 0 && a.crop_padding == 0) {
+    // The scaled crop must stay at least the output size, so resizing only ever shrinks or keeps.
+    need_w = static_cast<int>(std::ceil(static_cast<float>(a.width) * full.width / box.width));
+    need_h = static_cast<int>(std::ceil(static_cast<float>(a.height) * full.height / box.height));
+  }
+  int num = 1, den = 1;
+  decode_jpeg(bytes, a.channels, need_w, need_h, &out->image, &num, &den);
+  out->box = box.scaled(static_cast<float>(out->image.width) / static_cast<float>(full.width));
+}
+
+void decode_raw(const FeatureView& f, const ImageMapOptions& o, Image* out) {
+  TANDEM_CHECK(o.raw_shape.size() == 3, ErrorCode::kInvalidArgument,
+               "image format raw needs raw_shape (H, W, C), got {} values", o.raw_shape.size());
+  out->height = static_cast<int>(o.raw_shape[0]);
+  out->width = static_cast<int>(o.raw_shape[1]);
+  out->channels = static_cast<int>(o.raw_shape[2]);
+  size_t expected = static_cast<size_t>(out->height) * out->width * out->channels;
+  std::string_view bytes = f.bytes.empty() ? std::string_view{} : f.bytes[0];
+  TANDEM_CHECK(bytes.size() == expected, ErrorCode::kDataLoss, "raw image of {} bytes, raw_shape {}x{}x{} needs {}",
+               bytes.size(), out->height, out->width, out->channels, expected);
+  out->pixels.assign(bytes.begin(), bytes.end());
+}
+
+void decode(const FeatureView& f, const ImageMapOptions& o, Generator& rng, Decoded* out) {
+  TANDEM_CHECK(f.type == FeatureType::kBytes && !f.bytes.empty(), ErrorCode::kInvalidArgument,
+               "feature '{}' is {} with {} values; expected one encoded image (bytes)", o.image_key,
+               feature_type_name(f.type), f.size());
+  ImageFormat format = o.format == ImageFormat::kAuto ? sniff_image_format(f.bytes[0]) : o.format;
+  if (format == ImageFormat::kJpeg) {
+    decode_jpeg_for(f.bytes[0], o.augment, rng, out);
+    return;
+  }
+  if (format == ImageFormat::kPng) {
+    decode_png(f.bytes[0], o.augment.channels, &out->image);
+  } else {
+    decode_raw(f, o, &out->image);
+  }
+  const Image& im = out->image;
+  out->box = {0, 0, static_cast<float>(im.width), static_cast<float>(im.height)};
+  if (o.augment.random_resized_crop && o.augment.crop_padding == 0 && o.augment.height > 0) {
+    out->box = random_resized_crop_box(im.width, im.height, o.augment.crop_range, rng);
+  }
+}
+
+// Crop, resize and flip into (H, W, C) bytes.
+std::vector<uint8_t> augment(const Decoded& d, const AugmentOptions& a, Generator& rng, int* w, int* h) {
+  const Image& im = d.image;
+  bool flip = a.horizontal_flip && (rng.next_u32() & 1u) != 0;
+  std::vector<uint8_t> out;
+  if (a.crop_padding > 0) {
+    auto dx = static_cast<int>(rng.below(static_cast<uint64_t>(2 * a.crop_padding + 1)));
+    auto dy = static_cast<int>(rng.below(static_cast<uint64_t>(2 * a.crop_padding + 1)));
+    *w = im.width;
+    *h = im.height;
+    out.resize(im.pixels.size());
+    crop_with_padding(im, a.crop_padding, dx, dy, flip, out.data());
+    return out;
+  }
+  *w = a.width > 0 ? a.width : im.width;
+  *h = a.height > 0 ? a.height : im.height;
+  out.resize(static_cast<size_t>(*w) * *h * im.channels);
+  resize_bilinear(im, d.box, flip, *w, *h, out.data());
+  return out;
+}
+
+Tensor to_tensor(const std::vector<uint8_t>& hwc, int w, int h, int c, const AugmentOptions& a) {
+  bool chw = a.layout == ImageLayout::kNCHW;
+  Shape shape = chw ? Shape{c, h, w} : Shape{h, w, c};
+  if (a.normalize) {
+    Tensor t = Tensor::empty(shape, DType::kF32);
+    normalize(hwc.data(), w, h, c, a.mean, a.std, chw, t.data<float>());
+    return t;
+  }
+  Tensor t = Tensor::empty(shape, DType::kU8);
+  if (chw) {
+    hwc_to_chw(hwc.data(), w, h, c, t.data<uint8_t>());
+  } else {
+    std::memcpy(t.data<uint8_t>(), hwc.data(), hwc.size());
+  }
+  return t;
+}
+
+Element map_one(const ImageMapOptions& options, const std::vector<std::string>& keys, Element in) {
+  FastExampleParser parser(keys);
+  parser.parse(in.text);
+  Generator rng = element_generator(options.seed, options.replica, in);
+  const FeatureView& image = parser.feature(0);
+  TANDEM_CHECK(image.present, ErrorCode::kInvalidArgument, "no feature '{}'", options.image_key);
+  Decoded decoded;
+  decode(image, options, rng, &decoded);
+  int w = 0, h = 0;
+  std::vector<uint8_t> hwc = augment(decoded, options.augment, rng, &w, &h);
+  Element out;
+  out.file = std::move(in.file);
+  out.record = in.record;
+  out.epoch = in.epoch;
+  out.tensors.push_back(to_tensor(hwc, w, h, decoded.image.channels, options.augment));
+  if (keys.size() > 1) {
+    const FeatureView& label = parser.feature(1);
+    TANDEM_CHECK(label.present && label.type == FeatureType::kInt64 && label.ints.size() == 1,
+                 ErrorCode::kInvalidArgument, "feature '{}' must be one int64", options.label_key);
+    out.tensors.push_back(scalar_i64(label.ints[0]));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string_view image_layout_name(ImageLayout layout) { return layout == ImageLayout::kNHWC ? "nhwc" : "nchw"; }
+
+ImageLayout parse_image_layout(std::string_view name) {
+  if (name == "nhwc") return ImageLayout::kNHWC;
+  if (name == "nchw") return ImageLayout::kNCHW;
+  throw_error(ErrorCode::kInvalidArgument, "unknown layout '{}': expected nhwc or nchw{}", name,
+              did_you_mean(name, {"nhwc", "nchw"}));
+}
+
+Generator element_generator(uint64_t seed, int replica, const Element& element) {
+  uint64_t h = mix(0, static_cast<uint64_t>(replica));
+  for (char ch : element.file) h = (h ^ static_cast<uint8_t>(ch)) * 0x100000001b3ULL;  // FNV-1a over the path
+  h = mix(h, static_cast<uint64_t>(element.record));
+  h = mix(h, static_cast<uint64_t>(element.epoch));
+  return Generator(seed, h);
+}
+
+MapFn make_image_map(ImageMapOptions options) {
+  std::vector<std::string> keys{options.image_key};
+  if (!options.label_key.empty()) keys.push_back(options.label_key);
+  return [options, keys](Element in) {
+    std::string file = in.file;
+    int64_t record = in.record;
+    try {
+      return map_one(options, keys, std::move(in));
+    } catch (const Error& e) {
+      // Name the record: the decoder only knows bytes.
+      throw Error(e.code(), fmt::format("{} record {}: {}", file, record, e.what()));
+    }
+  };
+}
+
+}  // namespace tandem::data

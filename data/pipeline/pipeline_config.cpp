@@ -1,0 +1,180 @@
+// The YAML reader of PipelineConfig: a small walker that knows each mapping's keys, so
+// unknown keys, wrong types and bad values name the key path and line.
+#include "data/pipeline/pipeline_config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+
+#include "engine/core/error.h"
+#include "engine/core/suggest.h"
+
+namespace tandem::data {
+namespace {
+
+using Handler = std::function<void(const YAML::Node&, const std::string& path)>;
+
+std::string where(const YAML::Node& node, const std::string& path) {
+  return fmt::format("{} (line {})", path, node.Mark().line + 1);
+}
+
+template <typename T>
+T scalar(const YAML::Node& node, const std::string& path, std::string_view what) {
+  TANDEM_CHECK(node.IsScalar(), ErrorCode::kInvalidArgument, "{}: expected {}", where(node, path), what);
+  try {
+    return node.as<T>();
+  } catch (const YAML::Exception&) {
+    throw_error(ErrorCode::kInvalidArgument, "{}: expected {}, got '{}'", where(node, path), what, node.Scalar());
+  }
+}
+
+bool as_bool(const YAML::Node& n, const std::string& p) { return scalar<bool>(n, p, "true or false"); }
+
+int64_t as_count(const YAML::Node& n, const std::string& p, int64_t min) {
+  if (n.IsScalar() && n.Scalar() == "autotune") return kAutotune;
+  auto v = scalar<int64_t>(n, p, "an integer or autotune");
+  TANDEM_CHECK(v >= min, ErrorCode::kInvalidArgument, "{}: must be >= {} or autotune, got {}", where(n, p), min, v);
+  return v;
+}
+
+int64_t as_int(const YAML::Node& n, const std::string& p, int64_t min) {
+  auto v = scalar<int64_t>(n, p, "an integer");
+  TANDEM_CHECK(v >= min, ErrorCode::kInvalidArgument, "{}: must be >= {}, got {}", where(n, p), min, v);
+  return v;
+}
+
+// Runs a parse function and re-throws its error with the key path and line in front.
+template <typename F>
+auto with_path(const YAML::Node& n, const std::string& p, F parse) {
+  try {
+    return parse(scalar<std::string>(n, p, "a string"));
+  } catch (const Error& e) {
+    throw Error(e.code(), fmt::format("{}: {}", where(n, p), e.what()));
+  }
+}
+
+std::vector<float> floats(const YAML::Node& n, const std::string& p, size_t count) {
+  TANDEM_CHECK(n.IsSequence() && n.size() == count, ErrorCode::kInvalidArgument, "{}: expected a list of {} numbers",
+               where(n, p), count);
+  std::vector<float> out;
+  for (size_t i = 0; i < count; ++i) out.push_back(scalar<float>(n[i], fmt::format("{}[{}]", p, i), "a number"));
+  return out;
+}
+
+void walk(const YAML::Node& node, const std::string& path, const std::map<std::string, Handler>& keys) {
+  TANDEM_CHECK(node.IsMap(), ErrorCode::kInvalidArgument, "{}: expected a mapping of keys", where(node, path));
+  std::vector<std::string> known;
+  for (const auto& [k, h] : keys) known.push_back(k);
+  for (const auto& item : node) {
+    auto key = item.first.as<std::string>();
+    auto it = keys.find(key);
+    TANDEM_CHECK(it != keys.end(), ErrorCode::kInvalidArgument, "{}: unknown key{}",
+                 where(item.first, path + "." + key), did_you_mean(key, known));
+    it->second(item.second, path + "." + key);
+  }
+}
+
+std::map<std::string, Handler> augment_keys(AugmentOptions& a) {
+  return {
+      {"random_resized_crop", [&](auto& n, auto& p) { a.random_resized_crop = as_bool(n, p); }},
+      {"scale", [&](auto& n, auto& p) {
+         auto v = floats(n, p, 2);
+         a.crop_range.scale_min = v[0];
+         a.crop_range.scale_max = v[1];
+       }},
+      {"ratio", [&](auto& n, auto& p) {
+         auto v = floats(n, p, 2);
+         a.crop_range.ratio_min = v[0];
+         a.crop_range.ratio_max = v[1];
+       }},
+      {"crop_padding", [&](auto& n, auto& p) { a.crop_padding = static_cast<int>(as_int(n, p, 0)); }},
+      {"horizontal_flip", [&](auto& n, auto& p) { a.horizontal_flip = as_bool(n, p); }},
+  };
+}
+
+std::map<std::string, Handler> image_keys(ImageMapOptions& im) {
+  AugmentOptions& a = im.augment;
+  return {
+      {"key", [&](auto& n, auto& p) { im.image_key = scalar<std::string>(n, p, "a feature name"); }},
+      {"label_key", [&](auto& n, auto& p) { im.label_key = scalar<std::string>(n, p, "a feature name"); }},
+      {"format", [&](auto& n, auto& p) { im.format = with_path(n, p, parse_image_format); }},
+      {"raw_shape", [&](auto& n, auto& p) {
+         auto v = floats(n, p, 3);
+         im.raw_shape = {static_cast<int64_t>(v[0]), static_cast<int64_t>(v[1]), static_cast<int64_t>(v[2])};
+       }},
+      {"height", [&](auto& n, auto& p) { a.height = static_cast<int>(as_int(n, p, 0)); }},
+      {"width", [&](auto& n, auto& p) { a.width = static_cast<int>(as_int(n, p, 0)); }},
+      {"channels", [&](auto& n, auto& p) { a.channels = static_cast<int>(as_int(n, p, 1)); }},
+      {"layout", [&](auto& n, auto& p) { a.layout = with_path(n, p, parse_image_layout); }},
+      {"normalize", [&](auto& n, auto& p) { a.normalize = as_bool(n, p); }},
+      {"mean", [&](auto& n, auto& p) { auto v = floats(n, p, 3); std::copy(v.begin(), v.end(), a.mean.begin()); }},
+      {"std", [&](auto& n, auto& p) { auto v = floats(n, p, 3); std::copy(v.begin(), v.end(), a.std.begin()); }},
+      {"augment", [&](auto& n, auto& p) { walk(n, p, augment_keys(a)); }},
+  };
+}
+
+std::map<std::string, Handler> data_keys(PipelineConfig& c) {
+  return {
+      {"files", [&](auto& n, auto& p) {
+         c.files.clear();
+         if (n.IsSequence()) {
+           for (size_t i = 0; i < n.size(); ++i) c.files.push_back(scalar<std::string>(n[i], p, "a glob pattern"));
+         } else {
+           c.files.push_back(scalar<std::string>(n, p, "a glob pattern or a list of them"));
+         }
+       }},
+      {"compression", [&](auto& n, auto& p) { c.compression = with_path(n, p, parse_compression); }},
+      {"on_corrupt", [&](auto& n, auto& p) { c.on_corrupt = with_path(n, p, parse_on_corrupt); }},
+      {"shard_policy", [&](auto& n, auto& p) { c.shard_policy = with_path(n, p, parse_shard_policy); }},
+      {"count_records", [&](auto& n, auto& p) { c.count_records = as_bool(n, p); }},
+      {"cycle_length", [&](auto& n, auto& p) { c.cycle_length = as_count(n, p, 1); }},
+      {"block_length", [&](auto& n, auto& p) { c.block_length = as_int(n, p, 1); }},
+      {"num_parallel_reads", [&](auto& n, auto& p) { c.num_parallel_reads = as_count(n, p, 1); }},
+      {"deterministic", [&](auto& n, auto& p) { c.deterministic = as_bool(n, p); }},
+      {"shuffle_buffer", [&](auto& n, auto& p) { c.shuffle_buffer = as_int(n, p, 0); }},
+      {"seed", [&](auto& n, auto& p) { c.seed = static_cast<uint64_t>(as_int(n, p, 0)); }},
+      {"reshuffle_each_iteration", [&](auto& n, auto& p) { c.reshuffle_each_iteration = as_bool(n, p); }},
+      {"num_parallel_calls", [&](auto& n, auto& p) { c.num_parallel_calls = as_count(n, p, 1); }},
+      {"cache", [&](auto& n, auto& p) { c.cache = as_bool(n, p); }},
+      {"batch_size", [&](auto& n, auto& p) { c.batch_size = as_int(n, p, 1); }},
+      {"drop_remainder", [&](auto& n, auto& p) { c.drop_remainder = as_bool(n, p); }},
+      {"prefetch", [&](auto& n, auto& p) { c.prefetch = as_count(n, p, 0); }},
+      {"image", [&](auto& n, auto& p) { walk(n, p, image_keys(c.image)); }},
+      {"cpu_threads", [&](auto& n, auto& p) { c.cpu_threads = static_cast<int>(as_int(n, p, 0)); }},
+      {"memory_budget_mb", [&](auto& n, auto& p) { c.memory_budget_mb = as_int(n, p, 0); }},
+  };
+}
+
+}  // namespace
+
+PipelineConfig parse_pipeline_config(const std::string& yaml_text, const std::string& section) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    throw_error(ErrorCode::kInvalidArgument, "YAML (line {}): {}", e.mark.line + 1, e.msg);
+  }
+  TANDEM_CHECK(root.IsMap() && root[section], ErrorCode::kInvalidArgument, "config: no '{}' section", section);
+  PipelineConfig config;
+  walk(root[section], section, data_keys(config));
+  TANDEM_CHECK(!config.files.empty(), ErrorCode::kInvalidArgument, "{}.files: required (a glob of TFRecord files)",
+               section);
+  return config;
+}
+
+PipelineConfig load_pipeline_config(const std::string& path, const std::string& section) {
+  std::ifstream in(path);
+  TANDEM_CHECK(in.good(), ErrorCode::kNotFound, "config {}: cannot open", path);
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    return parse_pipeline_config(text.str(), section);
+  } catch (const Error& e) {
+    throw Error(e.code(), fmt::format("{}: {}", path, e.what()));
+  }
+}
+
+}  // namespace tandem::data
