@@ -12,21 +12,25 @@
 namespace tandem::autograd {
 namespace {
 
+using VariablePtr = std::shared_ptr<VariableData>;
+
 // Topological order of the recorded variables reachable from root (root first), and for
-// each variable the number of its uses as an input within that graph.
-void order_graph(VariableData* root, std::vector<VariableData*>& order, std::unordered_map<VariableData*, int>& uses) {
-  std::vector<std::pair<VariableData*, size_t>> stack{{root, 0}};
-  std::unordered_set<VariableData*> visited{root};
+// each variable the number of its uses as an input within that graph. The order holds each
+// variable alive until its turn: the node that produced it may be freed before then.
+void order_graph(const VariablePtr& root, std::vector<VariablePtr>& order,
+                 std::unordered_map<VariableData*, int>& uses) {
+  std::vector<std::pair<VariablePtr, size_t>> stack{{root, 0}};
+  std::unordered_set<VariableData*> visited{root.get()};
   while (!stack.empty()) {
     auto& [v, next] = stack.back();
     if (v->grad_fn && next < v->grad_fn->inputs.size()) {
-      VariableData* in = v->grad_fn->inputs[next++].data();
+      const VariablePtr& in = v->grad_fn->inputs[next++].shared_data();
       if (!in->requires_grad) continue;
-      ++uses[in];
-      if (visited.insert(in).second) stack.push_back({in, 0});
+      ++uses[in.get()];
+      if (visited.insert(in.get()).second) stack.push_back({in, 0});
       continue;
     }
-    order.push_back(v);
+    order.push_back(std::move(v));
     stack.pop_back();
   }
   std::reverse(order.begin(), order.end());
@@ -50,9 +54,9 @@ void Variable::backward(ExecutionContext* ctx_in) {
   if (ctx_in == nullptr) own_ctx.emplace(value().device(), 1);
   ExecutionContext& ctx = ctx_in ? *ctx_in : *own_ctx;
 
-  std::vector<VariableData*> order;
+  std::vector<VariablePtr> order;
   std::unordered_map<VariableData*, int> uses;
-  order_graph(data_.get(), order, uses);
+  order_graph(data_, order, uses);
 
   Tensor seed = Tensor::empty(value().shape(), DType::kF32, value().device());
   backend::fill(ctx, 1.0f, seed);
@@ -63,10 +67,11 @@ void Variable::backward(ExecutionContext* ctx_in) {
     return;
   }
 
-  for (VariableData* v : order) {
+  for (VariablePtr& held : order) {
+    VariablePtr v = std::move(held);  // released at the end of its turn
     if (!v->grad_fn) continue;  // leaves were finished as their last gradient arrived
-    Tensor dy = std::move(pending[v]);
-    pending.erase(v);
+    Tensor dy = std::move(pending[v.get()]);
+    pending.erase(v.get());
     std::shared_ptr<Node> node = std::move(v->grad_fn);  // frees the node's saved tensors when done
     std::vector<Tensor> dxs = node->backward(dy);
     TANDEM_CHECK(dxs.size() == node->inputs.size(), ErrorCode::kInternal,

@@ -63,6 +63,7 @@ class Variable {
   Variable detach() const { return Variable(data_->value, false); }
 
   VariableData* data() const { return data_.get(); }
+  const std::shared_ptr<VariableData>& shared_data() const { return data_; }
   bool same_as(const Variable& other) const { return data_ == other.data_; }
 
  private:

@@ -39,6 +39,28 @@ struct BatchNormSaved {
   Tensor workspace;  // backend-defined (for example the fused ReLU mask); may be undefined
 };
 
+// PyTorch's SGD: d = dw + weight_decay w; v = momentum v + (1 - dampening) d (v = d on the
+// first step); d = d + momentum v (nesterov) or v; w -= lr d.
+struct SgdParams {
+  float lr = 0.1f;
+  float momentum = 0.0f;
+  float dampening = 0.0f;
+  float weight_decay = 0.0f;
+  bool nesterov = false;
+  bool first_step = false;  // the momentum buffers hold nothing yet
+};
+
+// PyTorch's AdamW: w *= 1 - lr weight_decay; m, v moving averages of dw and dw^2;
+// w -= lr m_hat / (sqrt(v_hat) + eps) with bias corrections for `step` (1-based).
+struct AdamWParams {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weight_decay = 0.01f;
+  int64_t step = 1;
+};
+
 using Ctx = ExecutionContext;
 
 struct KernelTable {
@@ -102,6 +124,14 @@ struct KernelTable {
   // Inverted dropout: kept elements are scaled by 1 / (1 - p); mask is u8 of x's shape.
   void (*dropout_forward)(Ctx&, const Tensor& x, float p, Tensor& y, Tensor& mask) = nullptr;
   void (*dropout_backward)(Ctx&, const Tensor& dy, const Tensor& mask, float p, Tensor& dx) = nullptr;
+
+  // Optimizer updates over many parameters in one call (one launch on a GPU), in place.
+  // w[i], dw[i], and the state tensors [i] have equal shapes; v may be empty when momentum is 0.
+  void (*sgd_update)(Ctx&, const SgdParams&, const Tensor* w, const Tensor* dw, const Tensor* v, size_t count) = nullptr;
+  void (*adamw_update)(Ctx&, const AdamWParams&, const Tensor* w, const Tensor* dw, const Tensor* m, const Tensor* v,
+                       size_t count) = nullptr;
+  // () y = sum over the tensors of the sum of their squared elements (for clipping by global norm).
+  void (*squared_norm)(Ctx&, const Tensor* x, size_t count, Tensor& y) = nullptr;
 };
 
 }  // namespace tandem::backend

@@ -3,6 +3,8 @@
 // allocator, and calls the kernel table of the context's device.
 #pragma once
 
+#include <vector>
+
 #include "engine/backend/kernels.h"
 
 namespace tandem::backend {
@@ -75,5 +77,14 @@ struct DropoutForward {
 };
 DropoutForward dropout_forward(Ctx&, const Tensor& x, float p);
 Tensor dropout_backward(Ctx&, const Tensor& dy, const Tensor& mask, float p);
+
+// Optimizer updates, in place on w and the state tensors (ops_optim.cpp). Tensors are handles:
+// the vectors share storage with the parameters they name.
+void sgd_update(Ctx&, const SgdParams&, const std::vector<Tensor>& w, const std::vector<Tensor>& dw,
+                const std::vector<Tensor>& v);
+void adamw_update(Ctx&, const AdamWParams&, const std::vector<Tensor>& w, const std::vector<Tensor>& dw,
+                  const std::vector<Tensor>& m, const std::vector<Tensor>& v);
+// sqrt of the sum of squares of every element of every tensor, read back to the host.
+double global_norm(Ctx&, const std::vector<Tensor>& x);
 
 }  // namespace tandem::backend

@@ -88,7 +88,8 @@ Tensor deterministic_value(const std::string& name, const Shape& shape, int t) {
 // The state_dict order of torchvision (parameters and buffers interleaved per module).
 std::vector<std::string> torchvision_order(const std::string& arch) {
   std::vector<std::string> names;
-  for (const auto& e : read_state_dict_fixture()[arch]) names.push_back(e.name);
+  auto fixture = read_state_dict_fixture();  // a named local: the loop below must not outlive it
+  for (const auto& e : fixture[arch]) names.push_back(e.name);
   return names;
 }
 

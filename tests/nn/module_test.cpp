@@ -91,8 +91,10 @@ TEST(BatchNorm2d, TrainingMovesRunningStatisticsAndEvalUsesThem) {
   EXPECT_EQ(bn.state_dict()["num_batches_tracked"].data<int64_t>()[0], 1);
   bn.eval();
   std::vector<float> y = bn.forward(ctx, input).value().to_vector();
-  // Eval: (x - running_mean) / sqrt(running_var + eps), running_var = 0.9 + 0.1 * 7.5 (unbiased var of 0..8 is 7.5)
-  EXPECT_NEAR(y[0], (0.0f - 0.4f) / std::sqrt(0.9f + 0.75f + 1e-5f), 1e-4);
+  // Eval: (x - running_mean) / sqrt(running_var + eps). Channel 0 holds 0..8 twice: biased
+  // variance 20/3, unbiased 20/3 * 18/17, so running_var = 0.9 + 0.1 * that.
+  float running_var = 0.9f + 0.1f * (20.0f / 3.0f) * (18.0f / 17.0f);
+  EXPECT_NEAR(y[0], (0.0f - 0.4f) / std::sqrt(running_var + 1e-5f), 1e-5);
 }
 
 TEST(Dropout, IdentityInEvalAndScaledInTraining) {

@@ -1,0 +1,63 @@
+// Checked entry points of the optimizer kernels: every tensor list agrees in length, shape,
+// dtype and device before one fused kernel call updates them all.
+#include <cmath>
+#include <string_view>
+
+#include "engine/backend/ops.h"
+#include "engine/backend/registry.h"
+
+namespace tandem::backend {
+namespace {
+
+void check_list(std::string_view op, std::string_view name, const std::vector<Tensor>& w,
+                const std::vector<Tensor>& other, Device device) {
+  TANDEM_CHECK(other.size() == w.size(), ErrorCode::kInvalidArgument, "{}: {} has {} tensors but w has {}", op, name,
+               other.size(), w.size());
+  for (size_t i = 0; i < w.size(); ++i) {
+    TANDEM_CHECK(other[i].defined() && other[i].shape() == w[i].shape() && other[i].dtype() == DType::kF32,
+                 ErrorCode::kInvalidArgument, "{}: {}[{}] is {} but w[{}] is {}", op, name, i, other[i].describe(),
+                 i, w[i].describe());
+    TANDEM_CHECK(other[i].device() == device && other[i].format() == w[i].format(), ErrorCode::kInvalidArgument,
+                 "{}: {}[{}] is on {} ({}) but the context is on {} and w[{}] is {}", op, name, i,
+                 other[i].device().str(), memory_format_name(other[i].format()), device.str(), i,
+                 memory_format_name(w[i].format()));
+  }
+}
+
+template <typename Fn>
+Fn entry(Fn fn, std::string_view op, Device device) {
+  TANDEM_CHECK(fn != nullptr, ErrorCode::kUnimplemented, "{} is not implemented on {}", op, device.str());
+  return fn;
+}
+
+}  // namespace
+
+void sgd_update(Ctx& ctx, const SgdParams& p, const std::vector<Tensor>& w, const std::vector<Tensor>& dw,
+                const std::vector<Tensor>& v) {
+  check_list("sgd_update", "w", w, w, ctx.device());
+  check_list("sgd_update", "dw", w, dw, ctx.device());
+  if (p.momentum != 0.0f) check_list("sgd_update", "momentum buffer", w, v, ctx.device());
+  auto fn = entry(kernels_for(ctx.device().type).sgd_update, "sgd_update", ctx.device());
+  fn(ctx, p, w.data(), dw.data(), v.empty() ? nullptr : v.data(), w.size());
+}
+
+void adamw_update(Ctx& ctx, const AdamWParams& p, const std::vector<Tensor>& w, const std::vector<Tensor>& dw,
+                  const std::vector<Tensor>& m, const std::vector<Tensor>& v) {
+  TANDEM_CHECK(p.step >= 1, ErrorCode::kInvalidArgument, "adamw_update: step must be 1-based, got {}", p.step);
+  check_list("adamw_update", "w", w, w, ctx.device());
+  check_list("adamw_update", "dw", w, dw, ctx.device());
+  check_list("adamw_update", "m", w, m, ctx.device());
+  check_list("adamw_update", "v", w, v, ctx.device());
+  auto fn = entry(kernels_for(ctx.device().type).adamw_update, "adamw_update", ctx.device());
+  fn(ctx, p, w.data(), dw.data(), m.data(), v.data(), w.size());
+}
+
+double global_norm(Ctx& ctx, const std::vector<Tensor>& x) {
+  check_list("global_norm", "x", x, x, ctx.device());
+  auto fn = entry(kernels_for(ctx.device().type).squared_norm, "squared_norm", ctx.device());
+  Tensor y = Tensor::empty({}, DType::kF32, ctx.device());
+  fn(ctx, x.data(), x.size(), y);
+  return std::sqrt(static_cast<double>(y.to(Device::cpu()).data<float>()[0]));
+}
+
+}  // namespace tandem::backend

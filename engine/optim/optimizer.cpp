@@ -1,0 +1,100 @@
+#include "engine/optim/optimizer.h"
+
+#include "engine/backend/ops.h"
+#include "engine/core/suggest.h"
+
+namespace tandem::optim {
+
+Optimizer::Optimizer(NamedParameters params, OptimizerOptions options, std::vector<std::string> state_names)
+    : options_(std::move(options)), params_(std::move(params)), state_names_(std::move(state_names)) {
+  TANDEM_CHECK(options_.lr >= 0.0f && options_.weight_decay >= 0.0f, ErrorCode::kInvalidArgument,
+               "optimizer {}: lr {} and weight_decay {} must not be negative", options_.name, options_.lr,
+               options_.weight_decay);
+  Group decay{options_.weight_decay, {}}, no_decay{0.0f, {}};
+  for (size_t i = 0; i < params_.size(); ++i) {
+    bool skip = options_.exclude_norm_and_bias_from_weight_decay && params_[i].second.value().rank() <= 1;
+    (skip ? no_decay : decay).members.push_back(i);
+  }
+  for (Group* g : {&decay, &no_decay}) {
+    if (!g->members.empty()) groups_.push_back(std::move(*g));
+  }
+}
+
+void Optimizer::ensure_state() {
+  if (!state_.empty() || state_names_.empty()) return;
+  for (auto& [name, p] : params_) {
+    std::vector<Tensor> per_param;
+    for (size_t k = 0; k < state_names_.size(); ++k) {
+      per_param.push_back(Tensor::zeros(p.shape(), DType::kF32, p.value().device(), p.value().format()));
+    }
+    state_.push_back(std::move(per_param));
+  }
+}
+
+void Optimizer::step(ExecutionContext& ctx) {
+  ensure_state();
+  for (const Group& g : groups_) {
+    std::vector<Tensor> w, dw;
+    std::vector<std::vector<Tensor>> state(state_names_.size());
+    for (size_t i : g.members) {
+      auto& [name, p] = params_[i];
+      TANDEM_CHECK(p.has_grad(), ErrorCode::kFailedPrecondition,
+                   "optimizer step: parameter '{}' has no gradient; is it used in the loss?", name);
+      w.push_back(p.value());
+      dw.push_back(p.grad());
+      for (size_t k = 0; k < state_names_.size(); ++k) state[k].push_back(state_[i][k]);
+    }
+    update(ctx, g.weight_decay, w, dw, state);
+  }
+  ++steps_;
+}
+
+void Optimizer::zero_grad() {
+  for (auto& [name, p] : params_) p.zero_grad();
+}
+
+std::map<std::string, Tensor> Optimizer::state_dict() const {
+  std::map<std::string, Tensor> out;
+  for (size_t i = 0; i < state_.size(); ++i) {
+    for (size_t k = 0; k < state_names_.size(); ++k) out.emplace(params_[i].first + "." + state_names_[k], state_[i][k]);
+  }
+  return out;
+}
+
+void Optimizer::load_state_dict(const std::map<std::string, Tensor>& state, int64_t steps_taken) {
+  ensure_state();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    for (size_t k = 0; k < state_names_.size(); ++k) {
+      std::string key = params_[i].first + "." + state_names_[k];
+      auto it = state.find(key);
+      TANDEM_CHECK(it != state.end(), ErrorCode::kNotFound, "optimizer state '{}' is missing from the checkpoint",
+                   key);
+      TANDEM_CHECK(it->second.shape() == state_[i][k].shape(), ErrorCode::kInvalidArgument,
+                   "optimizer state '{}' is {} in the checkpoint but the parameter needs {}", key,
+                   it->second.describe(), state_[i][k].shape().str());
+      state_[i][k].copy_from(it->second.to(state_[i][k].device()).to_format(state_[i][k].format()));
+    }
+  }
+  steps_ = steps_taken;
+}
+
+double clip_grad_norm(ExecutionContext& ctx, const NamedParameters& params, double max_norm) {
+  TANDEM_CHECK(max_norm > 0.0, ErrorCode::kInvalidArgument, "clip_grad_norm: max_norm must be positive, got {}",
+               max_norm);
+  std::vector<Tensor> grads;
+  for (const auto& [name, p] : params) {
+    if (p.has_grad()) grads.push_back(p.grad());
+  }
+  double norm = backend::global_norm(ctx, grads);
+  if (norm > max_norm) {
+    // As PyTorch: scale by max_norm / (norm + 1e-6).
+    float factor = static_cast<float>(max_norm / (norm + 1e-6));
+    for (const auto& [name, p] : params) {
+      autograd::Variable handle = p;  // shares the parameter's data
+      if (handle.has_grad()) handle.set_grad(backend::scale(ctx, handle.grad(), factor));
+    }
+  }
+  return norm;
+}
+
+}  // namespace tandem::optim
