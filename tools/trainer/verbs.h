@@ -7,5 +7,6 @@
 namespace tandem::tools {
 
 void add_version_verb(CLI::App& app, int& exit_code);
+void add_doctor_verb(CLI::App& app, int& exit_code);
 
 }  // namespace tandem::tools

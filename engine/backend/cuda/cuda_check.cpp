@@ -26,7 +26,7 @@ void throw_cuda_error(cudaError_t status, std::string_view call, const std::stri
   (void)cudaGetLastError();
   std::string hint;
   if (status == cudaErrorInsufficientDriver) {
-    hint = " (cudart also says this when no NVIDIA driver is installed at all; run `trainer doctor`)";
+    hint = " (cudart says this too when no NVIDIA driver is installed at all)";
   }
   throw Error(code_for(status), fmt::format("{} failed: {} ({}): {}{}{}", call, cudaGetErrorName(status),
                                             static_cast<int>(status), cudaGetErrorString(status),
