@@ -116,4 +116,38 @@ void decode_png(std::string_view bytes, int channels, Image* out) {
   TANDEM_CHECK(ok != 0, ErrorCode::kDataLoss, "PNG decode ({} bytes): {}", bytes.size(), message);
 }
 
+std::string encode_jpeg(const Image& image, int quality) {
+  TANDEM_CHECK(image.channels == 1 || image.channels == 3, ErrorCode::kInvalidArgument,
+               "encode_jpeg: channels {} (1 or 3)", image.channels);
+  tjhandle tj = tjInitCompress();
+  TANDEM_CHECK(tj != nullptr, ErrorCode::kInternal, "tjInitCompress failed: {}", tjGetErrorStr2(nullptr));
+  unsigned char* jpeg = nullptr;
+  unsigned long size = 0;
+  int rc = tjCompress2(tj, image.pixels.data(), image.width, 0, image.height, image.channels == 3 ? TJPF_RGB : TJPF_GRAY,
+                       &jpeg, &size, image.channels == 3 ? TJSAMP_420 : TJSAMP_GRAY, quality, 0);
+  std::string error = rc == 0 ? "" : tjGetErrorStr2(tj);
+  std::string out = rc == 0 ? std::string(reinterpret_cast<const char*>(jpeg), size) : "";
+  tjFree(jpeg);
+  tjDestroy(tj);
+  TANDEM_CHECK(rc == 0, ErrorCode::kInternal, "tjCompress2 ({}x{}): {}", image.width, image.height, error);
+  return out;
+}
+
+std::string encode_png(const Image& image) {
+  png_image png;
+  std::memset(&png, 0, sizeof png);
+  png.version = PNG_IMAGE_VERSION;
+  png.width = static_cast<png_uint_32>(image.width);
+  png.height = static_cast<png_uint_32>(image.height);
+  png.format = image.channels == 3 ? PNG_FORMAT_RGB : PNG_FORMAT_GRAY;
+  png_alloc_size_t size = 0;
+  TANDEM_CHECK(png_image_write_to_memory(&png, nullptr, &size, 0, image.pixels.data(), 0, nullptr) != 0,
+               ErrorCode::kInternal, "PNG encode: {}", png.message);
+  std::string out(size, '\0');
+  TANDEM_CHECK(png_image_write_to_memory(&png, out.data(), &size, 0, image.pixels.data(), 0, nullptr) != 0,
+               ErrorCode::kInternal, "PNG encode: {}", png.message);
+  out.resize(size);
+  return out;
+}
+
 }  // namespace tandem::data

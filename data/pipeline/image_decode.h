@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -37,5 +38,9 @@ ImageSize jpeg_size(std::string_view bytes);
 void decode_jpeg(std::string_view bytes, int channels, int need_w, int need_h, Image* out, int* scale_num,
                  int* scale_den);
 void decode_png(std::string_view bytes, int channels, Image* out);
+
+// Encoders, for converters, tests and benchmarks that make their own fixtures.
+std::string encode_jpeg(const Image& image, int quality);
+std::string encode_png(const Image& image);
 
 }  // namespace tandem::data

@@ -1,0 +1,59 @@
+// PipelineConfig from YAML: documented defaults, typed values, and errors that give the key
+// path, the line and a did-you-mean.
+#include <gtest/gtest.h>
+
+#include "data/pipeline/pipeline_config.h"
+
+namespace tandem::data {
+namespace {
+
+std::string error_of(const std::string& yaml) {
+  try {
+    parse_pipeline_config(yaml);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(PipelineConfigYaml, DefaultsAndValues) {
+  PipelineConfig c = parse_pipeline_config(
+      "model: resnet50\n"
+      "data:\n"
+      "  files: /data/train-*\n"
+      "  shard_policy: data\n"
+      "  num_parallel_calls: autotune\n"
+      "  batch_size: 64\n"
+      "  image:\n"
+      "    layout: nchw\n"
+      "    augment: {scale: [0.25, 1.0], horizontal_flip: false}\n");
+  ASSERT_EQ(c.files.size(), 1u);
+  EXPECT_EQ(c.shard_policy, ShardPolicy::kData);
+  EXPECT_EQ(c.num_parallel_calls, kAutotune);
+  EXPECT_EQ(c.batch_size, 64);
+  EXPECT_EQ(c.image.augment.layout, ImageLayout::kNCHW);
+  EXPECT_FLOAT_EQ(c.image.augment.crop_range.scale_min, 0.25f);
+  EXPECT_FALSE(c.image.augment.horizontal_flip);
+  EXPECT_EQ(c.shuffle_buffer, 10000);  // a default
+  EXPECT_EQ(c.prefetch, kAutotune);
+}
+
+TEST(PipelineConfigYaml, UnknownKeyNamesPathLineAndSuggestion) {
+  std::string msg = error_of("data:\n  files: x\n  shufle_buffer: 10\n");
+  EXPECT_NE(msg.find("data.shufle_buffer (line 3)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("did you mean 'shuffle_buffer'"), std::string::npos) << msg;
+  msg = error_of("data:\n  files: x\n  image:\n    augment:\n      horizontal_flp: true\n");
+  EXPECT_NE(msg.find("data.image.augment.horizontal_flp (line 5)"), std::string::npos) << msg;
+}
+
+TEST(PipelineConfigYaml, WrongTypesAndValues) {
+  EXPECT_NE(error_of("data:\n  files: x\n  batch_size: many\n").find("data.batch_size (line 3): expected an integer"),
+            std::string::npos);
+  EXPECT_NE(error_of("data:\n  files: x\n  shard_policy: fiel\n").find("did you mean 'file'"), std::string::npos);
+  EXPECT_NE(error_of("data:\n  files: x\n  batch_size: 0\n").find("must be >= 1"), std::string::npos);
+  EXPECT_NE(error_of("data:\n  batch_size: 4\n").find("data.files: required"), std::string::npos);
+  EXPECT_NE(error_of("train: {}\n").find("no 'data' section"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tandem::data

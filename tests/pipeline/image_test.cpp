@@ -1,0 +1,146 @@
+// Decoding and augmentation: JPEG and PNG round trips, scaled JPEG decoding, the random
+// resized crop box, resize/flip/pad kernels, normalisation, and the record -> tensors map.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "data/pipeline/image_augment.h"
+#include "data/pipeline/image_decode.h"
+#include "data/pipeline/image_map.h"
+#include "tests/pipeline/pipeline_test_util.h"
+
+namespace tandem::data {
+namespace {
+
+double mean_abs_diff(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
+  double sum = 0;
+  for (size_t i = 0; i < a.size(); ++i) sum += std::abs(int{a[i]} - int{b[i]});
+  return sum / static_cast<double>(a.size());
+}
+
+TEST(PipelineImage, JpegRoundTripAndScaledDecode) {
+  Image src = testing::synthetic_image(160, 120, 3, 1);
+  std::string jpeg = encode_jpeg(src, 95);
+  EXPECT_EQ(sniff_image_format(jpeg), ImageFormat::kJpeg);
+  Image full;
+  int num = 0, den = 0;
+  decode_jpeg(jpeg, 3, 0, 0, &full, &num, &den);
+  ASSERT_EQ(full.width, 160);
+  EXPECT_EQ(num, den);
+  EXPECT_LT(mean_abs_diff(full.pixels, src.pixels), 12.0);  // noise + 4:2:0 chroma
+  Image half;
+  decode_jpeg(jpeg, 3, 70, 50, &half, &num, &den);  // 1/2 still covers 70x50; 1/4 (40x30) would not
+  EXPECT_EQ(half.width, 80);
+  EXPECT_EQ(half.height, 60);
+  EXPECT_EQ(num * 2, den);
+  EXPECT_THROW(decode_jpeg(jpeg.substr(0, 3) + "not a jpeg", 3, 0, 0, &full, nullptr, nullptr), Error);
+}
+
+TEST(PipelineImage, PngRoundTripIsExact) {
+  Image src = testing::synthetic_image(33, 17, 3, 2);
+  std::string png = encode_png(src);
+  EXPECT_EQ(sniff_image_format(png), ImageFormat::kPng);
+  Image back;
+  decode_png(png, 3, &back);
+  EXPECT_EQ(back.pixels, src.pixels);
+  EXPECT_THROW(decode_png("not a png", 3, &back), Error);
+}
+
+TEST(PipelineImage, RandomResizedCropBoxStaysInsideAndInRange) {
+  Generator rng(3);
+  RandomResizedCropRange range;
+  for (int i = 0; i < 200; ++i) {
+    CropBox b = random_resized_crop_box(500, 375, range, rng);
+    ASSERT_GE(b.x, 0);
+    ASSERT_GE(b.y, 0);
+    ASSERT_LE(b.x + b.width, 500);
+    ASSERT_LE(b.y + b.height, 375);
+    float area = b.width * b.height / (500.0f * 375.0f);
+    ASSERT_GE(area, 0.07f);
+    ASSERT_LE(area, 1.0f);
+  }
+  // A strip too thin for any try falls back to the central crop with a clamped ratio.
+  CropBox b = random_resized_crop_box(1000, 10, RandomResizedCropRange{0.9f, 1.0f, 0.75f, 1.33f}, rng);
+  EXPECT_FLOAT_EQ(b.height, 10);
+  EXPECT_NEAR(b.width, 13, 1);
+}
+
+TEST(PipelineImage, ResizeIdentityFlipAndPadding) {
+  Image src = testing::synthetic_image(8, 6, 3, 4);
+  std::vector<uint8_t> out(src.pixels.size());
+  resize_bilinear(src, {0, 0, 8, 6}, false, 8, 6, out.data());
+  EXPECT_EQ(out, src.pixels);
+  resize_bilinear(src, {0, 0, 8, 6}, true, 8, 6, out.data());
+  for (int c = 0; c < 3; ++c) EXPECT_EQ(out[c], src.pixels[7 * 3 + c]);  // first pixel = last of row 0
+  std::vector<uint8_t> padded(src.pixels.size());
+  crop_with_padding(src, 2, 0, 0, false, padded.data());  // shifted right/down by 2
+  EXPECT_EQ(padded[0], 0);
+  EXPECT_EQ(padded[(2 * 8 + 2) * 3], src.pixels[0]);
+  crop_with_padding(src, 2, 2, 2, false, padded.data());  // the centre: the image itself
+  EXPECT_EQ(padded, src.pixels);
+}
+
+TEST(PipelineImage, DownscaleAveragesPlausibly) {
+  Image flat;
+  flat.width = 64;
+  flat.height = 64;
+  flat.channels = 1;
+  flat.pixels.assign(64 * 64, 77);
+  std::vector<uint8_t> out(16 * 16);
+  resize_bilinear(flat, {8, 8, 40, 40}, false, 16, 16, out.data());
+  for (uint8_t v : out) ASSERT_EQ(v, 77);
+}
+
+TEST(PipelineImage, NormalizeAndLayout) {
+  std::vector<uint8_t> hwc{0, 255, 51, 255, 0, 102};  // 2 pixels, 3 channels
+  std::vector<float> chw(6);
+  normalize(hwc.data(), 2, 1, 3, {0.5f, 0.5f, 0.5f}, {0.5f, 0.5f, 0.5f}, true, chw.data());
+  EXPECT_FLOAT_EQ(chw[0], -1.0f);  // channel 0, pixel 0
+  EXPECT_FLOAT_EQ(chw[1], 1.0f);   // channel 0, pixel 1
+  std::vector<uint8_t> planes(6);
+  hwc_to_chw(hwc.data(), 2, 1, 3, planes.data());
+  EXPECT_EQ(planes, (std::vector<uint8_t>{0, 255, 255, 0, 51, 102}));
+}
+
+TEST(PipelineImage, ImageMapDecodesAugmentsAndIsDeterministicPerRecord) {
+  Element in;
+  in.text = testing::image_example(encode_jpeg(testing::synthetic_image(500, 375, 3, 5), 90), 42);
+  in.file = "x.tfrecord";
+  in.record = 3;
+  ImageMapOptions options;
+  options.augment.height = 64;
+  options.augment.width = 48;
+  MapFn fn = make_image_map(options);
+  Element a = fn(in);
+  Element b = fn(in);
+  ASSERT_EQ(a.tensors.size(), 2u);
+  EXPECT_EQ(a.tensors[0].shape(), (Shape{64, 48, 3}));
+  EXPECT_EQ(a.tensors[0].dtype(), DType::kU8);
+  EXPECT_EQ(*a.tensors[1].data<int64_t>(), 42);
+  EXPECT_EQ(0, std::memcmp(a.tensors[0].raw_data(), b.tensors[0].raw_data(), a.tensors[0].nbytes()));
+  in.epoch = 1;  // another epoch draws another crop
+  Element c = fn(in);
+  EXPECT_NE(0, std::memcmp(a.tensors[0].raw_data(), c.tensors[0].raw_data(), a.tensors[0].nbytes()));
+  options.augment.layout = ImageLayout::kNCHW;
+  options.augment.normalize = true;
+  Element d = make_image_map(options)(in);
+  EXPECT_EQ(d.tensors[0].shape(), (Shape{3, 64, 48}));
+  EXPECT_EQ(d.tensors[0].dtype(), DType::kF32);
+}
+
+TEST(PipelineImage, BadImageErrorNamesTheRecord) {
+  Element in;
+  in.text = testing::image_example(std::string("\xff\xd8\xff garbage", 11), 1);
+  in.file = "bad.tfrecord";
+  in.record = 12;
+  try {
+    make_image_map({})(in);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kDataLoss);
+    EXPECT_NE(std::string(e.what()).find("bad.tfrecord record 12"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace tandem::data
