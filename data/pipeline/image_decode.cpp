@@ -14,17 +14,34 @@
 namespace tandem::data {
 namespace {
 
-// One decompressor per thread: creating one costs more than decoding a small image.
+// One decompressor per thread: creating one costs more than decoding a small image. After a
+// failed call TurboJPEG 2.1 can leave the handle in a state that fails the next good image,
+// so a failure replaces it.
+struct DecoderHandle {
+  tjhandle h = tjInitDecompress();
+  ~DecoderHandle() { release(); }
+  void release() {
+    if (h != nullptr) tjDestroy(h);
+    h = nullptr;
+  }
+};
+
+DecoderHandle& decoder_slot() {
+  thread_local DecoderHandle handle;
+  return handle;
+}
+
 tjhandle thread_decoder() {
-  struct Handle {
-    tjhandle h = tjInitDecompress();
-    ~Handle() {
-      if (h != nullptr) tjDestroy(h);
-    }
-  };
-  thread_local Handle handle;
-  TANDEM_CHECK(handle.h != nullptr, ErrorCode::kInternal, "tjInitDecompress failed: {}", tjGetErrorStr2(nullptr));
-  return handle.h;
+  DecoderHandle& slot = decoder_slot();
+  if (slot.h == nullptr) slot.h = tjInitDecompress();
+  TANDEM_CHECK(slot.h != nullptr, ErrorCode::kInternal, "tjInitDecompress failed: {}", tjGetErrorStr2(nullptr));
+  return slot.h;
+}
+
+[[noreturn]] void fail_decode(std::string_view what, size_t bytes) {
+  std::string reason = tjGetErrorStr2(decoder_slot().h);
+  decoder_slot().release();
+  throw_error(ErrorCode::kDataLoss, "{} ({} bytes): {}", what, bytes, reason);
 }
 
 }  // namespace
@@ -60,8 +77,7 @@ ImageSize jpeg_size(std::string_view bytes) {
   int w = 0, h = 0, subsamp = 0, colorspace = 0;
   int rc = tjDecompressHeader3(thread_decoder(), reinterpret_cast<const unsigned char*>(bytes.data()),
                                static_cast<unsigned long>(bytes.size()), &w, &h, &subsamp, &colorspace);
-  TANDEM_CHECK(rc == 0, ErrorCode::kDataLoss, "JPEG header ({} bytes): {}", bytes.size(),
-               tjGetErrorStr2(thread_decoder()));
+  if (rc != 0) fail_decode("JPEG header", bytes.size());
   return {w, h};
 }
 
@@ -91,8 +107,7 @@ void decode_jpeg(std::string_view bytes, int channels, int need_w, int need_h, I
                          static_cast<unsigned long>(bytes.size()), out->pixels.data(), out->width, 0, out->height,
                          channels == 3 ? TJPF_RGB : TJPF_GRAY, 0);
   // A warning (rc -1 with TJERR_WARNING) still gives an image, as TensorFlow's decoder accepts.
-  TANDEM_CHECK(rc == 0 || tjGetErrorCode(tj) == TJERR_WARNING, ErrorCode::kDataLoss, "JPEG decode ({} bytes): {}",
-               bytes.size(), tjGetErrorStr2(tj));
+  if (rc != 0 && tjGetErrorCode(tj) != TJERR_WARNING) fail_decode("JPEG decode", bytes.size());
   if (scale_num != nullptr) *scale_num = best.num;
   if (scale_den != nullptr) *scale_den = best.denom;
 }
