@@ -7,6 +7,8 @@
 namespace tandem::tools {
 
 void add_version_verb(CLI::App& app, int& exit_code);
+void add_inspect_verb(CLI::App& app, int& exit_code);
+void add_convert_verb(CLI::App& app, int& exit_code);
 void add_doctor_verb(CLI::App& app, int& exit_code);
 
 }  // namespace tandem::tools

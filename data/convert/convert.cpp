@@ -1,0 +1,102 @@
+// convert(): plans shards, deals a Philox-seeded permutation to them, and writes each shard
+// on a ThreadPool worker to "<name>.tmp", renamed when complete so a crash leaves no half shard.
+#include "data/convert/convert.h"
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <future>
+
+#include "data/tfrecord_index.h"
+#include "data/tfrecord_writer.h"
+#include "engine/core/context.h"
+#include "engine/core/error.h"
+#include "engine/core/random.h"
+#include "engine/core/thread_pool.h"
+
+namespace tandem::data {
+
+namespace fs = std::filesystem;
+
+int plan_shard_count(uint64_t estimated_bytes, uint64_t records, const ConvertOptions& options) {
+  TANDEM_CHECK(options.target_shard_bytes > 0, ErrorCode::kInvalidArgument, "the target shard size must be positive");
+  uint64_t by_size = (estimated_bytes + options.target_shard_bytes - 1) / options.target_shard_bytes;
+  uint64_t n = std::max<uint64_t>(by_size, static_cast<uint64_t>(std::max(1, options.min_shards)));
+  n = std::min<uint64_t>(n, std::max<uint64_t>(records, 1));
+  return static_cast<int>(std::min<uint64_t>(n, 99999));
+}
+
+std::vector<std::vector<size_t>> deal_records(size_t records, int shards, uint64_t seed) {
+  std::vector<size_t> order(records);
+  for (size_t i = 0; i < records; ++i) order[i] = i;
+  Generator g(seed);
+  for (size_t i = records; i > 1; --i) std::swap(order[i - 1], order[g.below(i)]);  // Fisher-Yates
+  std::vector<std::vector<size_t>> out(static_cast<size_t>(shards));
+  for (size_t i = 0; i < records; ++i) out[i % out.size()].push_back(order[i]);
+  return out;
+}
+
+namespace {
+
+std::string shard_name(const ConvertOptions& o, int s, int n) {
+  std::string name = fmt::format("{}-{:05d}-of-{:05d}.tfrecord", o.prefix, s, n);
+  if (o.compression == Compression::kGzip) name += ".gz";
+  if (o.compression == Compression::kZlib) name += ".zlib";
+  return (fs::path(o.output_dir) / name).string();
+}
+
+ShardInfo write_shard(const ConvertSource& source, const std::vector<size_t>& items, const std::string& path,
+                      const ConvertOptions& options, std::atomic<uint64_t>& done) {
+  const std::string tmp = path + ".tmp";
+  TFRecordWriterOptions wo;
+  wo.compression = options.compression;
+  {
+    TFRecordWriter writer(tmp, wo);
+    for (size_t i : items) {
+      writer.write(source.record(i));
+      done.fetch_add(1, std::memory_order_relaxed);
+    }
+    writer.close();
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  TANDEM_CHECK(!ec, ErrorCode::kResourceExhausted, "renaming {} to {} failed: {}", tmp, path, ec.message());
+  if (options.write_index && options.compression == Compression::kNone) write_index(path + ".idx", build_index(path));
+  return ShardInfo{path, items.size(), static_cast<uint64_t>(fs::file_size(path))};
+}
+
+}  // namespace
+
+ConvertSummary convert(const ConvertSource& source, const ConvertOptions& options) {
+  TANDEM_CHECK(options.compression != Compression::kAuto, ErrorCode::kInvalidArgument,
+               "convert: state the output compression (none or gzip)");
+  std::error_code ec;
+  fs::create_directories(options.output_dir, ec);
+  TANDEM_CHECK(!ec, ErrorCode::kNotFound, "cannot create output folder {}: {}", options.output_dir, ec.message());
+  const int n = plan_shard_count(source.estimated_bytes(), source.size(), options);
+  std::vector<std::vector<size_t>> dealt = deal_records(source.size(), n, options.seed);
+
+  ThreadPool pool(options.threads > 0 ? options.threads : std::min(available_cores(), n), "convert");
+  std::atomic<uint64_t> done{0};
+  std::vector<std::future<ShardInfo>> futures;
+  for (int s = 0; s < n; ++s) {
+    futures.push_back(pool.submit([&, s] { return write_shard(source, dealt[s], shard_name(options, s, n), options, done); }));
+  }
+  ConvertSummary summary;
+  for (auto& f : futures) {
+    while (f.wait_for(std::chrono::milliseconds(200)) != std::future_status::ready) {
+      if (options.progress) options.progress(done.load(), source.size());
+    }
+  }
+  for (auto& f : futures) summary.shards.push_back(f.get());  // rethrows a shard's error
+  if (options.progress) options.progress(done.load(), source.size());
+  for (const ShardInfo& s : summary.shards) {
+    summary.records += s.records;
+    summary.bytes += s.bytes;
+  }
+  for (size_t i = 0; i < source.size(); ++i) ++summary.records_per_class[source.label(i)];
+  for (const auto& [label, count] : summary.records_per_class) summary.class_names[label] = source.class_name(label);
+  return summary;
+}
+
+}  // namespace tandem::data
