@@ -1,0 +1,204 @@
+// The bucketed reducer: hooks copy each final gradient into its bucket's flat buffer and launch
+// buckets strictly in bucket order (a later bucket that is ready first waits for the earlier
+// ones), so every replica issues the same collectives in the same order.
+#include "engine/distribute/gradient_bucketer.h"
+
+#include <fmt/format.h>
+
+namespace tandem::distribute {
+
+std::vector<Bucket> plan_buckets(const std::vector<int64_t>& param_numel, const BucketOptions& options) {
+  TANDEM_CHECK(options.first_bucket_bytes > 0 && options.bucket_bytes > 0, ErrorCode::kInvalidArgument,
+               "bucket sizes must be positive (first {} B, then {} B)", options.first_bucket_bytes,
+               options.bucket_bytes);
+  std::vector<Bucket> buckets;
+  Bucket current;
+  for (int i = static_cast<int>(param_numel.size()) - 1; i >= 0; --i) {
+    current.params.push_back(i);
+    current.offsets.push_back(current.numel);
+    current.numel += param_numel[static_cast<size_t>(i)];
+    size_t limit = buckets.empty() ? options.first_bucket_bytes : options.bucket_bytes;
+    if (static_cast<size_t>(current.numel) * sizeof(float) >= limit) {
+      buckets.push_back(std::move(current));
+      current = Bucket();
+    }
+  }
+  if (!current.params.empty()) buckets.push_back(std::move(current));
+  return buckets;
+}
+
+struct GradientBucketer::State {
+  Communicator* comm;
+  ExecutionContext* ctx;
+  BucketOptions options;
+  std::vector<std::string> names;
+  std::vector<autograd::Variable> params;
+  std::vector<Bucket> buckets;
+  std::vector<int> bucket_of, slot_of;  // per parameter: its bucket and its position there
+  std::vector<Tensor> flat;             // per bucket: the flat buffer all-reduced in place
+  std::vector<Tensor> reduced;          // per parameter: its reduced gradient, handed to the optimizer
+  std::vector<CollectiveHandle> handles;
+  // Per step:
+  std::vector<char> ready, had_grad;
+  std::vector<int> pending;  // per bucket: gradients still to come
+  size_t next_launch = 0;
+
+  void copy(void* dst, const void* src, size_t bytes) {
+    Device d = ctx->device();
+    Stream* stream = d.is_cpu() ? nullptr : &ctx->stream();
+    device_services(d.type).copy(dst, d, src, d, bytes, stream);
+  }
+  float* slot_ptr(int param) {
+    const Bucket& b = buckets[static_cast<size_t>(bucket_of[static_cast<size_t>(param)])];
+    return static_cast<float*>(flat[static_cast<size_t>(bucket_of[static_cast<size_t>(param)])].raw_data()) +
+           b.offsets[static_cast<size_t>(slot_of[static_cast<size_t>(param)])];
+  }
+
+  void on_grad_ready(int i, autograd::Variable& v);
+  void launch_in_order();
+  void rearm();
+  std::string missing_gradients() const;
+};
+
+void GradientBucketer::State::on_grad_ready(int i, autograd::Variable& v) {
+  auto idx = static_cast<size_t>(i);
+  TANDEM_CHECK(!ready[idx], ErrorCode::kFailedPrecondition,
+               "parameter {} got a second gradient before GradientBucketer::finish(): call finish() after "
+               "each backward (gradient accumulation over several backwards is not supported here)",
+               names[idx]);
+  ready[idx] = 1;
+  if (v.has_grad()) {
+    const Tensor& g = v.grad();
+    TANDEM_CHECK(g.dtype() == DType::kF32 && g.numel() == params[idx].value().numel(), ErrorCode::kInternal,
+                 "gradient of {} is {}, expected f32 like {}", names[idx], g.describe(),
+                 params[idx].value().describe());
+    had_grad[idx] = 1;
+    copy(slot_ptr(i), g.raw_data(), g.nbytes());
+  }
+  --pending[static_cast<size_t>(bucket_of[idx])];
+  launch_in_order();
+}
+
+void GradientBucketer::State::launch_in_order() {
+  while (next_launch < buckets.size() && pending[next_launch] == 0) {
+    CollectiveTag tag{.bucket = static_cast<int>(next_launch), .after = ctx->device().is_cpu() ? nullptr : &ctx->stream()};
+    handles[next_launch] = comm->all_reduce_async(flat[next_launch], options.op, tag);
+    ++next_launch;
+  }
+}
+
+void GradientBucketer::State::rearm() {
+  std::fill(ready.begin(), ready.end(), 0);
+  std::fill(had_grad.begin(), had_grad.end(), 0);
+  for (size_t b = 0; b < buckets.size(); ++b) pending[b] = static_cast<int>(buckets[b].params.size());
+  next_launch = 0;
+}
+
+std::string GradientBucketer::State::missing_gradients() const {
+  std::string names_out;
+  int count = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (had_grad[i]) continue;
+    names_out += fmt::format("{}{} ({}, bucket {})", count++ ? ", " : "", names[i],
+                             ready[i] ? "in the graph but no gradient reached it" : "not used in the forward pass",
+                             bucket_of[i]);
+  }
+  return names_out;
+}
+
+GradientBucketer::GradientBucketer(Communicator& comm, ExecutionContext& ctx,
+                                   std::vector<std::pair<std::string, autograd::Variable>> parameters,
+                                   BucketOptions options)
+    : state_(std::make_shared<State>()) {
+  State& s = *state_;
+  s.comm = &comm;
+  s.ctx = &ctx;
+  s.options = options;
+  std::vector<int64_t> numel;
+  for (auto& [name, v] : parameters) {
+    TANDEM_CHECK(v.requires_grad() && v.value().dtype() == DType::kF32 && v.value().device() == ctx.device(),
+                 ErrorCode::kInvalidArgument,
+                 "GradientBucketer takes trainable f32 parameters on {}; {} is {}{}", ctx.device().str(), name,
+                 v.value().describe(), v.requires_grad() ? "" : " and requires no gradient");
+    s.names.push_back(name);
+    s.params.push_back(v);
+    numel.push_back(v.value().numel());
+  }
+  s.buckets = plan_buckets(numel, options);
+  s.bucket_of.resize(s.params.size());
+  s.slot_of.resize(s.params.size());
+  for (size_t b = 0; b < s.buckets.size(); ++b) {
+    for (size_t k = 0; k < s.buckets[b].params.size(); ++k) {
+      s.bucket_of[static_cast<size_t>(s.buckets[b].params[k])] = static_cast<int>(b);
+      s.slot_of[static_cast<size_t>(s.buckets[b].params[k])] = static_cast<int>(k);
+    }
+    s.flat.push_back(Tensor::zeros({s.buckets[b].numel}, DType::kF32, ctx.device()));
+  }
+  for (auto& v : s.params) s.reduced.push_back(Tensor::zeros(v.value().shape(), DType::kF32, ctx.device()));
+  s.handles.resize(s.buckets.size());
+  s.ready.resize(s.params.size());
+  s.had_grad.resize(s.params.size());
+  s.pending.resize(s.buckets.size());
+  s.rearm();
+  std::weak_ptr<State> weak = state_;
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    s.params[i].register_grad_ready_hook([weak, i](autograd::Variable& v) {
+      if (auto state = weak.lock()) state->on_grad_ready(static_cast<int>(i), v);
+    });
+  }
+}
+
+GradientBucketer::~GradientBucketer() {
+  // Launched buckets still read and write our buffers: let them finish (errors were or will be
+  // reported by finish(); a destructor must not throw).
+  for (size_t b = 0; b < state_->next_launch; ++b) {
+    try {
+      state_->handles[b].wait();
+    } catch (...) {
+    }
+  }
+}
+
+const std::vector<Bucket>& GradientBucketer::buckets() const { return state_->buckets; }
+const std::string& GradientBucketer::parameter_name(int index) const {
+  return state_->names.at(static_cast<size_t>(index));
+}
+
+void GradientBucketer::finish() {
+  State& s = *state_;
+  std::string missing = s.missing_gradients();
+  if (!missing.empty()) {
+    auto message = fmt::format(
+        "replica {}: no gradient at step {} for {}; every trainable parameter must get a gradient in every "
+        "step (freeze it with requires_grad false, or leave it out of the parameters given to the bucketer)",
+        s.comm->rank(), s.comm->step(), missing);
+    s.comm->abort(message);
+    reset();
+    throw Error(ErrorCode::kFailedPrecondition, message);
+  }
+  try {
+    for (size_t b = 0; b < s.buckets.size(); ++b) s.handles[b].wait();
+  } catch (...) {
+    reset();
+    throw;
+  }
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    s.copy(s.reduced[i].raw_data(), s.slot_ptr(static_cast<int>(i)), s.reduced[i].nbytes());
+    s.params[i].set_grad(s.reduced[i]);
+  }
+  s.rearm();
+}
+
+void GradientBucketer::reset() {
+  State& s = *state_;
+  for (size_t b = 0; b < s.next_launch; ++b) {
+    try {
+      s.handles[b].wait();  // the buffers are in use until then
+    } catch (...) {
+      // The group has failed; the caller is already handling that failure.
+    }
+  }
+  s.rearm();
+}
+
+}  // namespace tandem::distribute

@@ -1,0 +1,63 @@
+// GradientBucketer: the reducer of data parallelism, as PyTorch DDP's. Gradients are packed
+// into flat buckets in reverse parameter order (the first small, so reduction starts early in
+// backward), each all-reduced asynchronously the moment its last gradient is final.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/autograd/variable.h"
+#include "engine/core/context.h"
+#include "engine/distribute/communicator.h"
+
+namespace tandem::distribute {
+
+struct BucketOptions {
+  size_t first_bucket_bytes = size_t{1} << 20;  // 1 MiB: the first all-reduce starts early in backward
+  size_t bucket_bytes = size_t{25} << 20;       // then about 25 MiB each (DDP's bucket_cap_mb = 25)
+  // The loss contract: each replica's loss is divided by the global batch and the gradients are
+  // summed, so kSum by default; kAverage when each replica's loss is a mean over its own batch.
+  ReduceOp op = ReduceOp::kSum;
+};
+
+// One bucket: parameters (indices into the list given) in the order their gradients are packed.
+struct Bucket {
+  std::vector<int> params;
+  std::vector<int64_t> offsets;  // element offset of each parameter in the flat buffer
+  int64_t numel = 0;
+};
+
+// The bucket layout for parameters of these element counts (f32), in registration order: walk
+// them from last to first, close a bucket once it reaches its limit (first_bucket_bytes for the
+// first, bucket_bytes after), as DDP's compute_bucket_assignment_by_size does.
+std::vector<Bucket> plan_buckets(const std::vector<int64_t>& param_numel, const BucketOptions& options);
+
+class GradientBucketer {
+ public:
+  // parameters: the replica's named parameters in registration order (Module::named_parameters()),
+  // f32, on ctx's device. Registers a grad-ready hook on each; buffers are allocated here, once.
+  GradientBucketer(Communicator& comm, ExecutionContext& ctx,
+                   std::vector<std::pair<std::string, autograd::Variable>> parameters, BucketOptions options = {});
+  ~GradientBucketer();
+  GradientBucketer(const GradientBucketer&) = delete;
+  GradientBucketer& operator=(const GradientBucketer&) = delete;
+
+  const std::vector<Bucket>& buckets() const;
+  const std::string& parameter_name(int index) const;
+
+  // After backward: waits for every bucket and sets each parameter's gradient to the reduced
+  // one (a tensor owned here, reused every step), then rearms for the next step. A parameter
+  // that got no gradient this step is an error naming it; the group is aborted first, so the
+  // other replicas stop at once instead of waiting for a bucket that never comes.
+  void finish();
+  // Forgets the gradients of an interrupted step (an exception in forward or backward).
+  void reset();
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;  // the hooks hold it weakly: a hook after destruction does nothing
+};
+
+}  // namespace tandem::distribute
