@@ -14,9 +14,10 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   int exit_code = 0;
   tandem::tools::add_version_verb(app, exit_code);
+  tandem::tools::add_doctor_verb(app, exit_code);
   tandem::tools::add_inspect_verb(app, exit_code);
   tandem::tools::add_convert_verb(app, exit_code);
-  tandem::tools::add_doctor_verb(app, exit_code);
+  tandem::tools::add_bench_input_verb(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -7,8 +7,9 @@
 namespace tandem::tools {
 
 void add_version_verb(CLI::App& app, int& exit_code);
+void add_doctor_verb(CLI::App& app, int& exit_code);
 void add_inspect_verb(CLI::App& app, int& exit_code);
 void add_convert_verb(CLI::App& app, int& exit_code);
-void add_doctor_verb(CLI::App& app, int& exit_code);
+void add_bench_input_verb(CLI::App& app, int& exit_code);
 
 }  // namespace tandem::tools
