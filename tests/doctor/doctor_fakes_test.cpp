@@ -2,15 +2,25 @@
 // real sonames (built by tests/doctor/CMakeLists.txt), probed in a child process.
 #include <gtest/gtest.h>
 
+#include "engine/backend/doctor/cuda_build_info.h"
 #include "tests/doctor/doctor_util.h"
 
 namespace tandem::testing {
 namespace {
 
 
+// The fakes stand in for the CUDA 13 stack this build compares against; a build without CUDA
+// has nothing to compare with and always says "cpu only", so the verdict paths cannot be shown.
+class DoctorFakes : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!backend::build_info::kCudaBuilt) GTEST_SKIP() << "Tandem was built without CUDA (TANDEM_WITH_CUDA=OFF)";
+  }
+};
+
 #define EXPECT_HAS(output, text) EXPECT_NE((output).find(text), std::string::npos) << (output)
 
-TEST(DoctorFakes, TwoGpusReady) {
+TEST_F(DoctorFakes, TwoGpusReady) {
   ProbeResult r = run_probe("ready_2gpu");
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_HAS(r.output, "ready: cuda (2 GPUs)");
@@ -21,7 +31,7 @@ TEST(DoctorFakes, TwoGpusReady) {
   EXPECT_EQ(r.output.find("causes:"), std::string::npos) << r.output;
 }
 
-TEST(DoctorFakes, JsonCarriesEveryField) {
+TEST_F(DoctorFakes, JsonCarriesEveryField) {
   ProbeResult r = run_probe("ready_2gpu", "", "--json");
   EXPECT_EQ(r.exit_code, 0);
   for (const char* field : {"\"driver\": {\"found\": true, \"version\": \"13.0\"", "\"cuda_runtime\": {",
@@ -32,21 +42,21 @@ TEST(DoctorFakes, JsonCarriesEveryField) {
   }
 }
 
-TEST(DoctorFakes, DriverTooOldIsNotReady) {
+TEST_F(DoctorFakes, DriverTooOldIsNotReady) {
   ProbeResult r = run_probe("old_driver");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_HAS(r.output, "not ready: driver too old: it supports CUDA up to 12.4, the CUDA runtime is 13.0");
   EXPECT_HAS(r.output, "580.65.06");
 }
 
-TEST(DoctorFakes, MissingCudnnIsNotReady) {
+TEST_F(DoctorFakes, MissingCudnnIsNotReady) {
   ProbeResult r = run_probe("no_cudnn");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_HAS(r.output, "not ready: cuDNN missing: could not load libcudnn.so.9");
   EXPECT_HAS(r.output, "install cuDNN 9 for CUDA 13");
 }
 
-TEST(DoctorFakes, CudnnMajorMismatchNamesTheOtherVersion) {
+TEST_F(DoctorFakes, CudnnMajorMismatchNamesTheOtherVersion) {
   ProbeResult r = run_probe("cudnn8_only");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_HAS(r.output, "found libcudnn.so.8 at");
@@ -54,14 +64,14 @@ TEST(DoctorFakes, CudnnMajorMismatchNamesTheOtherVersion) {
   EXPECT_HAS(r.output, "install cuDNN 9 for CUDA 13");
 }
 
-TEST(DoctorFakes, CudnnBuiltForAnotherCudaIsNotReady) {
+TEST_F(DoctorFakes, CudnnBuiltForAnotherCudaIsNotReady) {
   ProbeResult r = run_probe("cudnn_for_cuda12", "", "--json");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_HAS(r.output, "was built for CUDA 12.8, but the CUDA runtime is 13.0");
   EXPECT_HAS(r.output, "\"verdict_code\": \"not_ready\"");
 }
 
-TEST(DoctorFakes, MissingNcclBlocksSeveralGpusOnly) {
+TEST_F(DoctorFakes, MissingNcclBlocksSeveralGpusOnly) {
   ProbeResult two = run_probe("no_nccl_2gpu");
   EXPECT_EQ(two.exit_code, 1);
   EXPECT_HAS(two.output, "not ready: NCCL missing: could not load libnccl.so.2");
@@ -71,14 +81,14 @@ TEST(DoctorFakes, MissingNcclBlocksSeveralGpusOnly) {
   EXPECT_HAS(one.output, "[warning] NCCL missing");
 }
 
-TEST(DoctorFakes, NoGpuIsCpuOnly) {
+TEST_F(DoctorFakes, NoGpuIsCpuOnly) {
   ProbeResult r = run_probe("no_gpu");
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_HAS(r.output, "driver init: cuInit: no CUDA-capable device is detected (100)");
   EXPECT_HAS(r.output, "ready: cpu only (no GPU): no GPU visible");
 }
 
-TEST(DoctorFakes, CudaVisibleDevicesHidingEveryGpu) {
+TEST_F(DoctorFakes, CudaVisibleDevicesHidingEveryGpu) {
   ProbeResult r = run_probe("ready_2gpu", "CUDA_VISIBLE_DEVICES=");
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_HAS(r.output, "CUDA_VISIBLE_DEVICES: \"\" (hides every GPU)");
@@ -87,19 +97,19 @@ TEST(DoctorFakes, CudaVisibleDevicesHidingEveryGpu) {
   EXPECT_HAS(one.output, "ready: cuda (1 GPU)");
 }
 
-TEST(DoctorFakes, NoDriverIsCpuOnlyAndNamesLibcuda) {
+TEST_F(DoctorFakes, NoDriverIsCpuOnlyAndNamesLibcuda) {
   ProbeResult r = run_probe("no_driver");
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_HAS(r.output, "ready: cpu only (no GPU): no NVIDIA driver: libcuda.so.1: not found in");
 }
 
-TEST(DoctorFakes, ConfiguredCudaWithoutGpuIsNotReady) {
+TEST_F(DoctorFakes, ConfiguredCudaWithoutGpuIsNotReady) {
   ProbeResult r = run_probe("no_driver", "", "--device cuda");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_HAS(r.output, "not ready: device: cuda is configured, but no NVIDIA driver");
 }
 
-TEST(DoctorFakes, GpuWithoutOurKernelsIsNotReady) {
+TEST_F(DoctorFakes, GpuWithoutOurKernelsIsNotReady) {
   ProbeResult r = run_probe("pascal_gpu");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_HAS(r.output, "not ready: GPU 0 (Fake GPU 0, compute capability 6.1) has no Tandem kernels: they were built for sm 75 80 86 90");

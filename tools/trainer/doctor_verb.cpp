@@ -29,8 +29,7 @@ void add_doctor_verb(CLI::App& app, int& exit_code) {
     backend::DoctorOptions options;
     options.lib_dirs = args->lib_dirs;
     options.required_device = args->device;
-    // The plugin pulls in its own libcudart; with --lib-dir that would mask what the folders hold.
-    options.probe_plugin = args->lib_dirs.empty();
+    options.probe_plugin = true;  // as the trainer will at start (not with --lib-dir)
     backend::DoctorReport report = backend::run_doctor(options);
     fmt::print("{}", args->json ? backend::render_json(report) : backend::render_text(report));
     exit_code = report.exit_code();

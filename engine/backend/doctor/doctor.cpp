@@ -84,7 +84,8 @@ DoctorReport run_doctor(const DoctorOptions& options) {
   report.cublas = doctor_detail::probe_cublas(policy);
   report.nccl = doctor_detail::probe_nccl(policy);
   doctor_detail::probe_driver(policy, report);
-  if (options.probe_plugin) {
+  // Not with chosen folders: the plugin would bind to the libraries just loaded from them.
+  if (options.probe_plugin && policy.exclusive_dirs.empty()) {
     const CudaPluginStatus& plugin = load_cuda_plugin();
     report.plugin = plugin.summary();
     report.plugin_loaded = plugin.loaded;

@@ -55,7 +55,8 @@ struct DoctorOptions {
   // loader (LD_LIBRARY_PATH, ld.so.cache, /lib, /usr/lib), then $CUDA_HOME/lib64, the toolkit
   // folder of the build and /usr/local/cuda/lib64, where TensorFlow users expect CUDA.
   std::vector<std::string> lib_dirs;
-  // Also load libtandem_cuda.so (load_cuda_plugin) after the probes, as the trainer will.
+  // Also load libtandem_cuda.so (load_cuda_plugin) after the probes, as the trainer will; skipped
+  // when lib_dirs (or TANDEM_DOCTOR_LIB_DIRS) is set, since the plugin would bind to those files.
   bool probe_plugin = false;
   // The device a config asks for ("cuda", "cpu", "auto"); "cuda" turns "cpu only" into "not ready".
   std::string required_device = "auto";
