@@ -1,0 +1,136 @@
+#include "engine/core/yaml_walk.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "engine/core/suggest.h"
+
+namespace tandem::yaml {
+namespace {
+
+// A copy of node built from plain values, so it has no source mark.
+YAML::Node without_marks(const YAML::Node& node) {
+  if (node.IsSequence()) {
+    YAML::Node out(YAML::NodeType::Sequence);
+    for (const auto& item : node) out.push_back(without_marks(item));
+    return out;
+  }
+  if (node.IsMap()) {
+    YAML::Node out(YAML::NodeType::Map);
+    for (const auto& item : node) out[item.first.as<std::string>()] = without_marks(item.second);
+    return out;
+  }
+  if (node.IsNull()) return YAML::Node(YAML::NodeType::Null);
+  return YAML::Node(node.Scalar());
+}
+
+// yaml-cpp nodes are handles and `a = b` on a live handle overwrites a's node, so the walk down
+// passes fresh handles by value instead of re-pointing one variable.
+void set_path(YAML::Node node, const std::vector<std::string>& parts, size_t i, const YAML::Node& value) {
+  if (i + 1 == parts.size()) {
+    node[parts[i]] = value;
+    return;
+  }
+  if (!node[parts[i]].IsMap()) node[parts[i]] = YAML::Node(YAML::NodeType::Map);
+  set_path(node[parts[i]], parts, i + 1, value);
+}
+
+}  // namespace
+
+std::string where(const YAML::Node& node, const std::string& path) {
+  if (node.Mark().line < 0) return fmt::format("{} (set on the command line)", path);
+  return fmt::format("{} (line {})", path, node.Mark().line + 1);
+}
+
+bool as_bool(const YAML::Node& node, const std::string& path) { return scalar<bool>(node, path, "true or false"); }
+
+std::string as_string(const YAML::Node& node, const std::string& path) {
+  return scalar<std::string>(node, path, "a string");
+}
+
+int64_t as_int(const YAML::Node& node, const std::string& path, int64_t min) {
+  auto v = scalar<int64_t>(node, path, "an integer");
+  TANDEM_CHECK(v >= min, ErrorCode::kInvalidArgument, "{}: must be at least {}, got {}", where(node, path), min, v);
+  return v;
+}
+
+double as_number(const YAML::Node& node, const std::string& path, double min, double max) {
+  auto v = scalar<double>(node, path, "a number");
+  TANDEM_CHECK(v >= min && v <= max, ErrorCode::kInvalidArgument, "{}: must be in [{}, {}], got {}",
+               where(node, path), min, max, v);
+  return v;
+}
+
+std::vector<double> as_numbers(const YAML::Node& node, const std::string& path, size_t count) {
+  TANDEM_CHECK(node.IsSequence() && (count == 0 || node.size() == count), ErrorCode::kInvalidArgument,
+               "{}: expected a list of {} numbers", where(node, path), count == 0 ? "" : std::to_string(count));
+  std::vector<double> out;
+  for (size_t i = 0; i < node.size(); ++i) {
+    out.push_back(scalar<double>(node[i], fmt::format("{}[{}]", path, i), "a number"));
+  }
+  return out;
+}
+
+std::vector<int64_t> as_ints(const YAML::Node& node, const std::string& path, int64_t min) {
+  TANDEM_CHECK(node.IsSequence(), ErrorCode::kInvalidArgument, "{}: expected a list of integers", where(node, path));
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < node.size(); ++i) out.push_back(as_int(node[i], fmt::format("{}[{}]", path, i), min));
+  return out;
+}
+
+std::vector<std::string> as_strings(const YAML::Node& node, const std::string& path) {
+  if (!node.IsSequence()) return {as_string(node, path)};
+  std::vector<std::string> out;
+  for (size_t i = 0; i < node.size(); ++i) out.push_back(as_string(node[i], fmt::format("{}[{}]", path, i)));
+  return out;
+}
+
+void walk(const YAML::Node& node, const std::string& path, const Keys& keys) {
+  if (node.IsNull()) return;  // "section:" with nothing under it keeps every default
+  TANDEM_CHECK(node.IsMap(), ErrorCode::kInvalidArgument, "{}: expected a mapping of keys", where(node, path));
+  std::vector<std::string> known;
+  for (const auto& [k, h] : keys) known.push_back(k);
+  for (const auto& item : node) {
+    auto key = item.first.as<std::string>();
+    std::string key_path = path.empty() ? key : path + "." + key;
+    auto it = keys.find(key);
+    TANDEM_CHECK(it != keys.end(), ErrorCode::kInvalidArgument, "{}: unknown key{}; known keys here: {}",
+                 where(item.first, key_path), did_you_mean(key, known), fmt::join(known, ", "));
+    it->second(item.second, key_path);
+  }
+}
+
+YAML::Node load(const std::string& text, const std::string& source) {
+  try {
+    return YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw_error(ErrorCode::kInvalidArgument, "{} (line {}, column {}): invalid YAML: {}", source, e.mark.line + 1,
+                e.mark.column + 1, e.msg);
+  }
+}
+
+YAML::Node load_file(const std::string& path) {
+  std::ifstream in(path);
+  TANDEM_CHECK(in.good(), ErrorCode::kNotFound, "config {}: cannot open it (does the file exist?)", path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return load(text.str(), path);
+}
+
+void apply_override(YAML::Node& root, const std::string& assignment) {
+  auto eq = assignment.find('=');
+  TANDEM_CHECK(eq != std::string::npos && eq > 0, ErrorCode::kInvalidArgument,
+               "--set '{}': expected key.path=value", assignment);
+  std::string path = assignment.substr(0, eq);
+  YAML::Node value = without_marks(load(assignment.substr(eq + 1), "--set " + path));
+  std::vector<std::string> parts;
+  for (size_t start = 0;;) {
+    size_t dot = path.find('.', start);
+    parts.push_back(path.substr(start, dot - start));
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  set_path(root, parts, 0, value);
+}
+
+}  // namespace tandem::yaml

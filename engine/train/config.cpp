@@ -1,0 +1,180 @@
+// The YAML readers of TrainConfig's sections: one key table per section, so every key is
+// known, typed and bounded, and errors name the key path and line.
+#include "engine/train/config.h"
+
+#include <limits>
+
+#include "engine/core/suggest.h"
+
+namespace tandem::train {
+
+using yaml::as_bool;
+using yaml::as_int;
+using yaml::as_number;
+using yaml::as_string;
+using yaml::Keys;
+using yaml::walk;
+
+namespace {
+
+constexpr double kMax = std::numeric_limits<double>::max();
+
+std::string one_of(const YAML::Node& n, const std::string& p, const std::vector<std::string>& allowed) {
+  std::string v = as_string(n, p);
+  for (const auto& a : allowed) {
+    if (v == a) return v;
+  }
+  throw_error(ErrorCode::kInvalidArgument, "{}: '{}' is not one of {}{}", yaml::where(n, p), v,
+              fmt::join(allowed, ", "), did_you_mean(v, allowed));
+}
+
+float as_float(const YAML::Node& n, const std::string& p, double min, double max) {
+  return static_cast<float>(as_number(n, p, min, max));
+}
+
+// devices: all | N | [0, 1] | cpu:N, kept as text ("all", "2", "0,1", "cpu:2") for the strategy.
+std::string devices_text(const YAML::Node& n, const std::string& p) {
+  if (n.IsSequence()) {
+    std::vector<int64_t> ids = yaml::as_ints(n, p, 0);
+    TANDEM_CHECK(!ids.empty(), ErrorCode::kInvalidArgument, "{}: the list of devices is empty", yaml::where(n, p));
+    return fmt::format("{}", fmt::join(ids, ","));
+  }
+  std::string v = as_string(n, p);
+  if (v == "all") return v;
+  if (v.starts_with("cpu:")) {
+    TANDEM_CHECK(v.size() > 4 && v.find_first_not_of("0123456789", 4) == std::string::npos && std::stoi(v.substr(4)) > 0,
+                 ErrorCode::kInvalidArgument, "{}: '{}': cpu:N needs a positive replica count", yaml::where(n, p), v);
+    return v;
+  }
+  TANDEM_CHECK(!v.empty() && v.find_first_not_of("0123456789") == std::string::npos && std::stoi(v) > 0,
+               ErrorCode::kInvalidArgument, "{}: '{}': use all, a count, a list such as [0, 1], or cpu:N",
+               yaml::where(n, p), v);
+  return v;
+}
+
+Keys model_keys(ModelConfig& m) {
+  return {
+      {"name", [&](auto& n, auto& p) { m.name = as_string(n, p); }},
+      {"num_classes", [&](auto& n, auto& p) { m.num_classes = as_int(n, p, 2); }},
+      {"in_channels", [&](auto& n, auto& p) { m.in_channels = as_int(n, p, 1); }},
+      {"input_size", [&](auto& n, auto& p) { m.input_size = as_int(n, p, 1); }},
+      {"hidden", [&](auto& n, auto& p) { m.hidden = yaml::as_ints(n, p, 1); }},
+      {"channels_last", [&](auto& n, auto& p) { m.channels_last = as_bool(n, p); }},
+  };
+}
+
+Keys loop_keys(LoopConfig& l) {
+  return {
+      {"global_batch_size", [&](auto& n, auto& p) { l.global_batch_size = as_int(n, p, 1); }},
+      {"per_replica_batch_size", [&](auto& n, auto& p) { l.per_replica_batch_size = as_int(n, p, 1); }},
+      {"epochs", [&](auto& n, auto& p) { l.epochs = as_int(n, p, 1); }},
+      {"steps", [&](auto& n, auto& p) { l.steps = as_int(n, p, 0); }},
+      {"eval_every_steps", [&](auto& n, auto& p) { l.eval_every_steps = as_int(n, p, 0); }},
+      {"log_every_steps", [&](auto& n, auto& p) { l.log_every_steps = as_int(n, p, 1); }},
+      {"label_smoothing", [&](auto& n, auto& p) { l.label_smoothing = as_float(n, p, 0.0, 0.999); }},
+      {"clip_grad_norm", [&](auto& n, auto& p) { l.clip_grad_norm = as_number(n, p, 0.0, kMax); }},
+      {"warmup_steps_for_timing", [&](auto& n, auto& p) { l.warmup_steps_for_timing = as_int(n, p, 0); }},
+  };
+}
+
+Keys optimizer_keys(optim::OptimizerOptions& o) {
+  return {
+      {"name", [&](auto& n, auto& p) { o.name = one_of(n, p, {"sgd", "adamw"}); }},
+      {"lr", [&](auto& n, auto& p) { o.lr = as_float(n, p, 0.0, kMax); }},
+      {"weight_decay", [&](auto& n, auto& p) { o.weight_decay = as_float(n, p, 0.0, kMax); }},
+      {"exclude_norm_and_bias_from_weight_decay",
+       [&](auto& n, auto& p) { o.exclude_norm_and_bias_from_weight_decay = as_bool(n, p); }},
+      {"momentum", [&](auto& n, auto& p) { o.momentum = as_float(n, p, 0.0, 1.0); }},
+      {"dampening", [&](auto& n, auto& p) { o.dampening = as_float(n, p, 0.0, 1.0); }},
+      {"nesterov", [&](auto& n, auto& p) { o.nesterov = as_bool(n, p); }},
+      {"beta1", [&](auto& n, auto& p) { o.beta1 = as_float(n, p, 0.0, 0.999999); }},
+      {"beta2", [&](auto& n, auto& p) { o.beta2 = as_float(n, p, 0.0, 0.999999); }},
+      {"eps", [&](auto& n, auto& p) { o.eps = as_float(n, p, 1e-30, 1.0); }},
+  };
+}
+
+Keys schedule_keys(optim::ScheduleOptions& s) {
+  return {
+      {"name", [&](auto& n, auto& p) { s.name = one_of(n, p, {"constant", "step", "multistep", "cosine", "polynomial"}); }},
+      {"warmup_steps", [&](auto& n, auto& p) { s.warmup_steps = as_int(n, p, 0); }},
+      {"warmup_start_factor", [&](auto& n, auto& p) { s.warmup_start_factor = as_float(n, p, 0.0, 1.0); }},
+      {"step_size", [&](auto& n, auto& p) { s.step_size = as_int(n, p, 1); }},
+      {"milestones", [&](auto& n, auto& p) { s.milestones = yaml::as_ints(n, p, 1); }},
+      {"gamma", [&](auto& n, auto& p) { s.gamma = as_float(n, p, 0.0, 1.0); }},
+      {"min_lr", [&](auto& n, auto& p) { s.min_lr = as_float(n, p, 0.0, kMax); }},
+      {"power", [&](auto& n, auto& p) { s.power = as_float(n, p, 0.0, kMax); }},
+      {"scale_lr_with_batch", [&](auto& n, auto& p) { s.scale_lr_with_batch = as_bool(n, p); }},
+      {"reference_batch_size", [&](auto& n, auto& p) { s.reference_batch_size = as_int(n, p, 1); }},
+  };
+}
+
+Keys checkpoint_keys(CheckpointConfig& c) {
+  return {
+      {"dir", [&](auto& n, auto& p) { c.dir = as_string(n, p); }},
+      {"every_steps", [&](auto& n, auto& p) { c.every_steps = as_int(n, p, 0); }},
+      {"keep_last", [&](auto& n, auto& p) { c.keep_last = as_int(n, p, 1); }},
+      {"resume", [&](auto& n, auto& p) { c.resume = as_string(n, p); }},
+  };
+}
+
+Keys distribute_keys(DistributeConfig& d) {
+  return {
+      {"sync_batchnorm", [&](auto& n, auto& p) { d.sync_batchnorm = as_bool(n, p); }},
+      {"first_bucket_mb", [&](auto& n, auto& p) { d.first_bucket_mb = as_number(n, p, 0.001, 4096.0); }},
+      {"bucket_cap_mb", [&](auto& n, auto& p) { d.bucket_cap_mb = as_number(n, p, 0.001, 4096.0); }},
+      {"watchdog_timeout_s", [&](auto& n, auto& p) { d.watchdog_timeout_s = as_number(n, p, 0.1, 86400.0); }},
+      {"checksum_every_steps", [&](auto& n, auto& p) { d.checksum_every_steps = as_int(n, p, 0); }},
+  };
+}
+
+Keys output_keys(OutputConfig& o) {
+  return {
+      {"run_dir", [&](auto& n, auto& p) { o.run_dir = as_string(n, p); }},
+      {"tensorboard", [&](auto& n, auto& p) { o.tensorboard = as_bool(n, p); }},
+      {"metrics_csv", [&](auto& n, auto& p) { o.metrics_csv = as_bool(n, p); }},
+  };
+}
+
+Keys prepare_keys(PrepareConfig& c) {
+  return {
+      {"source", [&](auto& n, auto& p) { c.source = one_of(n, p, {"none", "fashion-mnist", "mnist"}); }},
+      {"output_dir", [&](auto& n, auto& p) { c.output_dir = as_string(n, p); }},
+  };
+}
+
+}  // namespace
+
+void add_train_keys(TrainConfig& c, Keys& keys) {
+  keys["seed"] = [&](auto& n, auto& p) { c.seed = static_cast<uint64_t>(as_int(n, p, 0)); };
+  keys["deterministic"] = [&](auto& n, auto& p) { c.deterministic = as_bool(n, p); };
+  keys["device"] = [&](auto& n, auto& p) { c.device.device = one_of(n, p, {"auto", "cpu", "cuda"}); };
+  keys["devices"] = [&](auto& n, auto& p) { c.device.devices = devices_text(n, p); };
+  keys["model"] = [&](auto& n, auto& p) { walk(n, p, model_keys(c.model)); };
+  keys["train"] = [&](auto& n, auto& p) { walk(n, p, loop_keys(c.loop)); };
+  keys["optimizer"] = [&](auto& n, auto& p) { walk(n, p, optimizer_keys(c.optimizer)); };
+  keys["schedule"] = [&](auto& n, auto& p) { walk(n, p, schedule_keys(c.schedule)); };
+  keys["checkpoint"] = [&](auto& n, auto& p) { walk(n, p, checkpoint_keys(c.checkpoint)); };
+  keys["distribute"] = [&](auto& n, auto& p) { walk(n, p, distribute_keys(c.distribute)); };
+  keys["output"] = [&](auto& n, auto& p) { walk(n, p, output_keys(c.output)); };
+  keys["prepare"] = [&](auto& n, auto& p) { walk(n, p, prepare_keys(c.prepare)); };
+}
+
+void validate(const TrainConfig& c) {
+  bool global = c.loop.global_batch_size > 0, per_replica = c.loop.per_replica_batch_size > 0;
+  TANDEM_CHECK(global != per_replica, ErrorCode::kInvalidArgument,
+               "train: give exactly one of global_batch_size or per_replica_batch_size (got {})",
+               global ? "both" : "neither");
+  TANDEM_CHECK(!c.optimizer.nesterov || c.optimizer.momentum > 0.0f, ErrorCode::kInvalidArgument,
+               "optimizer.nesterov needs optimizer.momentum > 0 (got {})", c.optimizer.momentum);
+  TANDEM_CHECK(c.schedule.name != "step" || c.schedule.step_size > 0, ErrorCode::kInvalidArgument,
+               "schedule.step_size is required when schedule.name is step");
+  TANDEM_CHECK(c.schedule.name != "multistep" || !c.schedule.milestones.empty(), ErrorCode::kInvalidArgument,
+               "schedule.milestones is required when schedule.name is multistep");
+  TANDEM_CHECK(std::is_sorted(c.schedule.milestones.begin(), c.schedule.milestones.end()),
+               ErrorCode::kInvalidArgument, "schedule.milestones must be increasing, got [{}]",
+               fmt::join(c.schedule.milestones, ", "));
+  TANDEM_CHECK(c.checkpoint.resume == "none" || c.checkpoint.resume == "auto" || !c.checkpoint.resume.empty(),
+               ErrorCode::kInvalidArgument, "checkpoint.resume: use none, auto or a checkpoint directory");
+}
+
+}  // namespace tandem::train

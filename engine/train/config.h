@@ -1,0 +1,91 @@
+// The typed configuration of a training run, one struct per YAML section, every field with
+// its default (documented in docs/CONFIG.md). The `data:` sections are data::PipelineConfig,
+// read by data/; tools/ puts the whole file together (engine/ does not include data/).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/core/yaml_walk.h"
+#include "engine/optim/optimizer.h"
+#include "engine/optim/schedule.h"
+
+namespace tandem::train {
+
+// device: where replicas run. devices: which ones (all GPUs, a count, a list, or cpu:N).
+struct DeviceConfig {
+  std::string device = "auto";       // auto | cpu | cuda
+  std::string devices = "all";       // all | N | [0, 1] (as "0,1") | cpu:N
+};
+
+struct ModelConfig {
+  std::string name = "resnet20";
+  int64_t num_classes = 10;
+  int64_t in_channels = 3;
+  int64_t input_size = 32;
+  std::vector<int64_t> hidden = {256};  // mlp only
+  bool channels_last = false;           // NHWC activations (faster with oneDNN and tensor cores)
+};
+
+struct LoopConfig {
+  int64_t global_batch_size = 0;       // exactly one of these two must be given
+  int64_t per_replica_batch_size = 0;
+  int64_t epochs = 1;
+  int64_t steps = 0;                   // > 0: stop after this many steps instead of epochs
+  int64_t eval_every_steps = 0;        // 0: evaluate at the end of each epoch
+  int64_t log_every_steps = 50;
+  float label_smoothing = 0.0f;
+  double clip_grad_norm = 0.0;         // 0: no clipping
+  int64_t warmup_steps_for_timing = 5; // steps left out of throughput and step-time figures
+};
+
+struct CheckpointConfig {
+  std::string dir;                  // default: <run_dir>/checkpoints
+  int64_t every_steps = 0;          // 0: at the end of each epoch
+  int64_t keep_last = 3;
+  std::string resume = "none";      // none | auto | a checkpoint directory
+};
+
+struct DistributeConfig {
+  bool sync_batchnorm = false;
+  double first_bucket_mb = 1.0;
+  double bucket_cap_mb = 25.0;
+  double watchdog_timeout_s = 300.0;
+  int64_t checksum_every_steps = 100;
+};
+
+struct OutputConfig {
+  std::string run_dir;              // default: runs/<config name>-<yyyymmdd-hhmmss>
+  bool tensorboard = true;
+  bool metrics_csv = true;
+};
+
+// Where the TFRecords come from when they are missing (`prepare: fashion-mnist`).
+struct PrepareConfig {
+  std::string source = "none";      // none | fashion-mnist | mnist
+  std::string output_dir;           // where `trainer convert` writes the shards
+};
+
+struct TrainConfig {
+  uint64_t seed = 0;
+  bool deterministic = false;
+  DeviceConfig device;
+  ModelConfig model;
+  LoopConfig loop;
+  optim::OptimizerOptions optimizer;
+  optim::ScheduleOptions schedule;
+  CheckpointConfig checkpoint;
+  DistributeConfig distribute;
+  OutputConfig output;
+  PrepareConfig prepare;
+};
+
+// The top-level keys this struct reads, each to its section parser; tools/ adds `data` and
+// `eval_data` and walks the document once, so an unknown top-level key is still an error.
+void add_train_keys(TrainConfig& config, yaml::Keys& keys);
+
+// Checks across sections (exactly one batch size, schedule milestones within the run, ...).
+void validate(const TrainConfig& config);
+
+}  // namespace tandem::train

@@ -1,0 +1,111 @@
+// The strict YAML config: defaults, every section read, and errors that give the key path,
+// the line and a suggestion; --set overrides.
+#include <gtest/gtest.h>
+
+#include "engine/train/config.h"
+
+namespace tandem::train {
+namespace {
+
+TrainConfig parse(const std::string& text, const std::vector<std::string>& overrides = {}) {
+  YAML::Node root = yaml::load(text, "test.yaml");
+  for (const auto& o : overrides) yaml::apply_override(root, o);
+  TrainConfig config;
+  yaml::Keys keys;
+  add_train_keys(config, keys);
+  yaml::walk(root, "", keys);
+  validate(config);
+  return config;
+}
+
+std::string error_of(const std::string& text, const std::vector<std::string>& overrides = {}) {
+  try {
+    parse(text, overrides);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(Config, ReadsEverySection) {
+  TrainConfig c = parse(R"(
+seed: 7
+deterministic: true
+device: cpu
+devices: cpu:2
+model: {name: resnet20, num_classes: 10, in_channels: 1, input_size: 28, channels_last: true}
+train: {global_batch_size: 256, epochs: 3, label_smoothing: 0.1, clip_grad_norm: 5}
+optimizer: {name: sgd, lr: 0.2, momentum: 0.9, nesterov: true, weight_decay: 5e-4}
+schedule: {name: multistep, milestones: [100, 200], gamma: 0.1, warmup_steps: 10}
+checkpoint: {every_steps: 500, keep_last: 2, resume: auto}
+distribute: {bucket_cap_mb: 10, watchdog_timeout_s: 60}
+output: {tensorboard: false}
+prepare: {source: fashion-mnist, output_dir: data/fmnist}
+)");
+  EXPECT_EQ(c.seed, 7u);
+  EXPECT_TRUE(c.deterministic);
+  EXPECT_EQ(c.device.devices, "cpu:2");
+  EXPECT_EQ(c.model.in_channels, 1);
+  EXPECT_TRUE(c.model.channels_last);
+  EXPECT_EQ(c.loop.global_batch_size, 256);
+  EXPECT_FLOAT_EQ(c.loop.label_smoothing, 0.1f);
+  EXPECT_TRUE(c.optimizer.nesterov);
+  EXPECT_FLOAT_EQ(c.optimizer.weight_decay, 5e-4f);
+  EXPECT_EQ(c.schedule.milestones, (std::vector<int64_t>{100, 200}));
+  EXPECT_EQ(c.checkpoint.resume, "auto");
+  EXPECT_DOUBLE_EQ(c.distribute.bucket_cap_mb, 10.0);
+  EXPECT_FALSE(c.output.tensorboard);
+  EXPECT_EQ(c.prepare.source, "fashion-mnist");
+}
+
+TEST(Config, DefaultsNeedOnlyABatchSize) {
+  TrainConfig c = parse("train: {per_replica_batch_size: 32}");
+  EXPECT_EQ(c.model.name, "resnet20");
+  EXPECT_EQ(c.optimizer.name, "sgd");
+  EXPECT_EQ(c.device.device, "auto");
+  EXPECT_EQ(c.checkpoint.keep_last, 3);
+}
+
+TEST(Config, UnknownKeyGivesPathLineAndSuggestion) {
+  std::string e = error_of("train:\n  global_bach_size: 64\n");
+  EXPECT_NE(e.find("train.global_bach_size (line 2)"), std::string::npos) << e;
+  EXPECT_NE(e.find("did you mean 'global_batch_size'"), std::string::npos) << e;
+  e = error_of("optimiser: {lr: 0.1}\ntrain: {global_batch_size: 8}");
+  EXPECT_NE(e.find("did you mean 'optimizer'"), std::string::npos) << e;
+}
+
+TEST(Config, WrongTypesAndBadValuesNameTheKey) {
+  std::string e = error_of("train: {global_batch_size: many}");
+  EXPECT_NE(e.find("train.global_batch_size (line 1): expected an integer, got 'many'"), std::string::npos) << e;
+  e = error_of("train: {global_batch_size: 0}");
+  EXPECT_NE(e.find("must be at least 1"), std::string::npos) << e;
+  e = error_of("train: {global_batch_size: 8}\noptimizer: {name: adam}");
+  EXPECT_NE(e.find("optimizer.name (line 2): 'adam' is not one of sgd, adamw (did you mean 'adamw'?)"),
+            std::string::npos)
+      << e;
+  e = error_of("train: {global_batch_size: 8}\ndevices: cpu:0");
+  EXPECT_NE(e.find("devices (line 2)"), std::string::npos) << e;
+  e = error_of("train: {global_batch_size: 8, per_replica_batch_size: 4}");
+  EXPECT_NE(e.find("exactly one of global_batch_size or per_replica_batch_size (got both)"), std::string::npos) << e;
+  e = error_of("train: [1, 2]");
+  EXPECT_NE(e.find("train (line 1): expected a mapping"), std::string::npos) << e;
+  e = error_of("train: {global_batch_size: 8\n");
+  EXPECT_NE(e.find("invalid YAML"), std::string::npos) << e;
+}
+
+TEST(Config, SetOverridesAnyKeyAndSaysWhereItCameFrom) {
+  TrainConfig c = parse("train: {global_batch_size: 64}\noptimizer: {lr: 0.1}",
+                        {"optimizer.lr=0.4", "train.epochs=5", "devices=[0, 1]", "model.hidden=[64, 32]"});
+  EXPECT_FLOAT_EQ(c.optimizer.lr, 0.4f);
+  EXPECT_EQ(c.loop.epochs, 5);
+  EXPECT_EQ(c.device.devices, "0,1");
+  EXPECT_EQ(c.model.hidden, (std::vector<int64_t>{64, 32}));
+  std::string e = error_of("train: {global_batch_size: 64}", {"train.epochs=-1"});
+  EXPECT_NE(e.find("train.epochs (set on the command line): must be at least 1"), std::string::npos) << e;
+  e = error_of("train: {global_batch_size: 64}", {"train.epoch=3"});
+  EXPECT_NE(e.find("did you mean 'epochs'"), std::string::npos) << e;
+  EXPECT_THROW(parse("train: {global_batch_size: 64}", {"no_equals_sign"}), Error);
+}
+
+}  // namespace
+}  // namespace tandem::train
