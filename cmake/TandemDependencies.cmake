@@ -5,6 +5,7 @@ find_package(Threads REQUIRED)
 find_package(fmt REQUIRED)
 find_package(spdlog REQUIRED)
 find_package(yaml-cpp REQUIRED)
+find_package(nlohmann_json REQUIRED)
 # Debian's dnnl-config.cmake insists on OpenCL (its GPU runtime), which the CPU backend does
 # not use: find the library and header directly instead.
 find_library(TANDEM_DNNL_LIBRARY NAMES dnnl REQUIRED)

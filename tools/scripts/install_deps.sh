@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   cmake ninja-build g++ pkg-config
-  libyaml-cpp-dev libspdlog-dev libfmt-dev
+  libyaml-cpp-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   libprotobuf-dev protobuf-compiler
   libdnnl-dev libturbojpeg0-dev libpng-dev zlib1g-dev libisal-dev
   libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
