@@ -1,0 +1,187 @@
+// CheckpointManager's write side: the atomic save (temporary sibling, fsync of every file and
+// directory, rename), keep_last pruning and the directory scan. Loading is in checkpoint_load.cpp.
+#include "engine/train/checkpoint.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+
+#include "engine/train/checkpoint_fs.h"
+#include "engine/train/checkpoint_posix.h"
+#include "engine/train/safetensors.h"
+
+namespace tandem::train {
+namespace {
+
+constexpr std::string_view kStepPrefix = "step-";
+// Everything a save or a prune stages starts with this; no real checkpoint does.
+constexpr std::string_view kTemporaryPrefix = ".tmp-";
+
+void write_text_file(const std::filesystem::path& path, const std::string& text) {
+  posix::File file = posix::File::create(path);
+  file.write_all(text.data(), text.size());
+  file.sync();
+  file.close();
+}
+
+nlohmann::json file_record(const std::filesystem::path& path, size_t tensors) {
+  return {{"bytes", fs::file_size(path)}, {"tensors", tensors}};
+}
+
+}  // namespace
+
+std::string step_directory_name(int64_t step) { return fmt::format("{}{:08d}", kStepPrefix, step); }
+
+std::optional<int64_t> parse_step_directory_name(std::string_view name) {
+  if (!name.starts_with(kStepPrefix) || name.size() == kStepPrefix.size()) return std::nullopt;
+  int64_t step = 0;
+  const char* first = name.data() + kStepPrefix.size();
+  const char* last = name.data() + name.size();
+  auto [end, ec] = std::from_chars(first, last, step);
+  if (ec != std::errc() || end != last || step < 0) return std::nullopt;
+  return step;
+}
+
+CheckpointManager::CheckpointManager(std::filesystem::path dir, int keep_last)
+    : CheckpointManager(std::move(dir), CheckpointOptions{.keep_last = keep_last, .after_stage = {}}) {}
+
+CheckpointManager::CheckpointManager(std::filesystem::path dir, CheckpointOptions options)
+    : dir_(std::move(dir)), options_(std::move(options)) {
+  TANDEM_CHECK(options_.keep_last >= 0, ErrorCode::kInvalidArgument,
+               "checkpoint keep_last must be 0 (keep all) or positive, got {}", options_.keep_last);
+  fs::create_directories(dir_);
+  remove_temporaries();
+}
+
+std::filesystem::path CheckpointManager::path_for_step(int64_t step) const {
+  return dir_ / step_directory_name(step);
+}
+
+void CheckpointManager::stage_done(std::string_view stage) const {
+  if (options_.after_stage) options_.after_stage(stage);
+}
+
+std::filesystem::path CheckpointManager::save(nn::Module& model, const optim::Optimizer& optimizer,
+                                              const CheckpointMeta& meta) {
+  TANDEM_CHECK(meta.step >= 0, ErrorCode::kInvalidArgument, "checkpoint step must not be negative, got {}",
+               meta.step);
+  auto start = std::chrono::steady_clock::now();
+  std::filesystem::path final_path = path_for_step(meta.step);
+  std::filesystem::path tmp = dir_ / (std::string(kTemporaryPrefix) + final_path.filename().string());
+  fs::remove_all(tmp);
+  try {
+    fs::create_directory(tmp);
+    TensorMap model_state = model.state_dict();
+    write_safetensors(tmp / kModelFile, model_state, {{"format", "pt"}});
+    stage_done("model");
+    TensorMap optimizer_state = optimizer.state_dict();
+    write_safetensors(tmp / kOptimizerFile, optimizer_state, {{"format", "pt"}, {"optimizer", optimizer.options().name}});
+    stage_done("optimizer");
+
+    CheckpointMeta full = meta;
+    full.optimizer = optimizer.options().name;
+    full.optimizer_steps = optimizer.steps_taken();
+    full.lr = optimizer.lr();
+    full.tandem_version = tandem_version();
+    full.saved_at.clear();  // meta_to_json stamps the time
+    nlohmann::json j = meta_to_json(full);
+    j["files"] = {{kModelFile, file_record(tmp / kModelFile, model_state.size())},
+                  {kOptimizerFile, file_record(tmp / kOptimizerFile, optimizer_state.size())}};
+    write_text_file(tmp / kMetaFile, j.dump(2) + "\n");
+    stage_done("meta");
+    posix::sync_directory(tmp);
+    stage_done("synced");
+
+    bool replacing = fs::exists(final_path);
+    if (replacing) {
+      // Same step saved again (a resumed run): swap atomically, then drop the old one.
+      posix::exchange_paths(tmp, final_path);
+    } else {
+      posix::rename_path(tmp, final_path);
+    }
+    stage_done("renamed");
+    posix::sync_directory(dir_);
+    if (replacing) fs::remove_all(tmp);
+  } catch (...) {
+    fs::remove_all_noexcept(tmp);
+    throw;
+  }
+  prune(final_path);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  spdlog::info("checkpoint: step {} saved to {} ({:.1f} MB in {:.2f} s)", meta.step, final_path.string(),
+               static_cast<double>(fs::directory_bytes(final_path)) / 1e6, seconds);
+  return final_path;
+}
+
+std::vector<CheckpointManager::Entry> CheckpointManager::scan() const {
+  std::vector<Entry> out;
+  for (const auto& path : fs::list_directory(dir_)) {
+    auto step = parse_step_directory_name(path.filename().string());
+    if (step && fs::is_directory(path)) out.push_back({*step, path});
+  }
+  std::sort(out.begin(), out.end(), [](const Entry& a, const Entry& b) { return a.step < b.step; });
+  return out;
+}
+
+std::optional<std::filesystem::path> CheckpointManager::latest() const {
+  std::vector<Entry> entries = scan();
+  for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
+    try {
+      validate_checkpoint(it->path);
+      return it->path;
+    } catch (const Error& e) {
+      spdlog::warn("checkpoint: skipping {}, it is incomplete or damaged: {}", it->path.string(), e.what());
+    }
+  }
+  return std::nullopt;
+}
+
+std::vector<std::filesystem::path> CheckpointManager::complete_checkpoints() const {
+  std::vector<std::filesystem::path> out;
+  for (const auto& e : scan()) {
+    try {
+      validate_checkpoint(e.path);
+      out.push_back(e.path);
+    } catch (const Error&) {
+      // Not complete: neither listed nor counted towards keep_last.
+    }
+  }
+  return out;
+}
+
+void CheckpointManager::remove_temporaries() const {
+  for (const auto& path : fs::list_directory(dir_)) {
+    if (!path.filename().string().starts_with(kTemporaryPrefix)) continue;
+    if (fs::remove_all_noexcept(path)) {
+      spdlog::info("checkpoint: removed {}, left by an interrupted save", path.string());
+    }
+  }
+}
+
+void CheckpointManager::prune(const std::filesystem::path& just_saved) const {
+  if (options_.keep_last <= 0) return;
+  std::vector<std::filesystem::path> others;
+  for (const auto& p : complete_checkpoints()) {
+    if (p != just_saved) others.push_back(p);
+  }
+  // The one just saved always stays; of the others, the newest keep_last - 1 stay too.
+  size_t keep_others = static_cast<size_t>(options_.keep_last - 1);
+  if (others.size() <= keep_others) return;
+  others.resize(others.size() - keep_others);  // oldest first: what remains goes
+  for (const auto& p : others) {
+    // Renamed first, so a crash while deleting never leaves half a checkpoint under its real name.
+    std::filesystem::path doomed = dir_ / (std::string(kTemporaryPrefix) + "delete-" + p.filename().string());
+    try {
+      posix::rename_path(p, doomed);
+      posix::sync_directory(dir_);
+      fs::remove_all(doomed);
+      spdlog::info("checkpoint: removed {} (keep_last {})", p.string(), options_.keep_last);
+    } catch (const Error& e) {
+      spdlog::warn("checkpoint: could not remove {} for keep_last {}: {}", p.string(), options_.keep_last, e.what());
+    }
+  }
+}
+
+}  // namespace tandem::train

@@ -1,0 +1,50 @@
+// CheckpointMeta: everything a checkpoint holds besides tensors (step, epoch, each replica's data
+// position and RNG state, the resolved config, metrics), and its meta.json form. docs/CHECKPOINTS.md
+// lists the fields.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/core/random.h"
+
+namespace tandem::train {
+
+struct ReplicaState {
+  // Where this replica is in its data (file, record, shuffle state): opaque here, the loader's own.
+  nlohmann::json data_position = nlohmann::json::object();
+  Generator::State rng{};
+};
+
+struct CheckpointMeta {
+  static constexpr int kFormatVersion = 1;
+
+  int64_t step = 0;   // global training steps completed
+  int64_t epoch = 0;  // epochs completed (the position inside the epoch is in data_position)
+  std::vector<ReplicaState> replicas;
+  std::string config;                     // the resolved config, as text (YAML or JSON)
+  std::map<std::string, double> metrics;  // e.g. train_loss, eval_top1; NaN survives as null
+  double wall_time_s = 0;                 // training wall time so far
+
+  // Filled by CheckpointManager::save (from the optimizer and the build) and read back by load.
+  int format_version = kFormatVersion;
+  std::string optimizer;  // "sgd", "adamw"
+  int64_t optimizer_steps = 0;
+  double lr = 0;
+  std::string tandem_version;
+  std::string saved_at;  // UTC, ISO 8601
+};
+
+// The version of Tandem this library was built as ("0.1.0").
+std::string tandem_version();
+
+nlohmann::json meta_to_json(const CheckpointMeta& meta);
+// Every field is checked; a missing or mistyped one is DataLoss naming source and the field.
+CheckpointMeta meta_from_json(const nlohmann::json& j, const std::filesystem::path& source);
+
+}  // namespace tandem::train
