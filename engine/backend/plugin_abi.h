@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 #include "engine/backend/kernels.h"
 #include "engine/core/device.h"
@@ -27,4 +28,38 @@ struct TandemCudaPlugin {
 // (an ABI mismatch, no driver, no device).
 using TandemCudaPluginInit = int (*)(int abi_version, TandemCudaPlugin* out);
 
+// NCCL collectives across this process's GPUs (issue 6), from a second entry point so the
+// table above keeps its layout. engine/distribute wraps them in its Communicator interface.
+inline constexpr int kTandemNcclAbi = 1;
+inline constexpr const char* kTandemNcclEntry = "tandem_cuda_nccl_create";
+
+}  // extern "C"
+
+namespace tandem::backend {
+
+// One NCCL communicator per device, created together in this process (ncclCommInitAll), one
+// stream per rank. Each replica thread calls with its own rank; calls are enqueued on that
+// rank's stream and return at once. Failures throw tandem::Error naming the NCCL call.
+class DeviceCollectives {
+ public:
+  virtual ~DeviceCollectives() = default;
+  virtual int world_size() const = 0;
+  virtual int device(int rank) const = 0;
+  virtual Stream& stream(int rank) = 0;  // where this rank's collectives run
+  virtual void all_reduce(int rank, float* data, size_t count, bool average) = 0;  // in place
+  virtual void broadcast(int rank, void* data, size_t bytes, int root) = 0;
+  virtual void all_gather(int rank, const void* in, void* out, size_t bytes_per_rank) = 0;
+  // Empty while healthy, else NCCL's asynchronous error for the rank, in words.
+  virtual std::string async_error(int rank) = 0;
+  // ncclCommAbort on every communicator: unblocks kernels waiting for a rank that will not come.
+  virtual void abort() noexcept = 0;
+};
+
+}  // namespace tandem::backend
+
+extern "C" {
+// Creates collectives over devices[0..count); returns 0 with *out set (the caller deletes it), or
+// nonzero with error filled (no exception crosses dlsym).
+using TandemNcclCreate = int (*)(int abi_version, const int* devices, int count,
+                                 tandem::backend::DeviceCollectives** out, char* error, size_t error_size);
 }  // extern "C"

@@ -1,0 +1,159 @@
+// NCCL in one process: ncclCommInitAll creates every rank's communicator at once; each replica
+// thread then issues its own rank's calls, grouped (ncclGroupStart/End) so a caller may batch
+// several and NCCL launches them as one.
+#include "engine/backend/cuda/nccl_communicator.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <exception>
+
+#include "engine/backend/cuda/cuda_check.h"
+#include "engine/core/error.h"
+
+namespace tandem::cuda {
+namespace {
+
+ErrorCode code_for(ncclResult_t status) {
+  switch (status) {
+    case ncclInvalidArgument:
+    case ncclInvalidUsage: return ErrorCode::kInvalidArgument;
+    case ncclSystemError:
+    case ncclRemoteError: return ErrorCode::kUnavailable;
+    default: return ErrorCode::kInternal;
+  }
+}
+
+// Runs one rank's call inside a group, so NCCL does not wait for the other ranks' threads
+// before returning (the calls of one process's ranks come from different threads).
+template <typename F>
+void grouped(F call) {
+  TANDEM_NCCL_CHECK(ncclGroupStart(), "");
+  try {
+    call();
+  } catch (...) {
+    (void)ncclGroupEnd();
+    throw;
+  }
+  TANDEM_NCCL_CHECK(ncclGroupEnd(), "");
+}
+
+}  // namespace
+
+void throw_nccl_error(ncclResult_t status, std::string_view call, const std::string& values) {
+  throw Error(code_for(status), fmt::format("{} failed: NCCL error {}: {}{}", call, static_cast<int>(status),
+                                            ncclGetErrorString(status), values.empty() ? "" : "; " + values));
+}
+
+NcclCollectives::NcclCollectives(std::vector<int> devices) : devices_(std::move(devices)) {
+  TANDEM_CHECK(!devices_.empty(), ErrorCode::kInvalidArgument, "NCCL collectives need at least one device");
+  comms_.resize(devices_.size(), nullptr);
+  TANDEM_NCCL_CHECK(ncclCommInitAll(comms_.data(), world_size(), devices_.data()), "{} device(s): {}",
+                    devices_.size(), fmt::join(devices_, ", "));
+  for (int d : devices_) streams_.push_back(std::make_unique<CudaStream>(d));
+}
+
+NcclCollectives::~NcclCollectives() {
+  for (auto& s : streams_) {
+    DeviceGuard guard(s->device().index);
+    if (!aborted_) TANDEM_CUDA_CHECK_NOTHROW(cudaStreamSynchronize(s->get()));
+  }
+  for (ncclComm_t comm : comms_) {
+    if (comm == nullptr || aborted_) continue;
+    if (ncclResult_t status = ncclCommDestroy(comm); status != ncclSuccess) {
+      spdlog::warn("ncclCommDestroy failed: {}", ncclGetErrorString(status));
+    }
+  }
+}
+
+void NcclCollectives::check_rank(int rank) const {
+  TANDEM_CHECK(rank >= 0 && rank < world_size(), ErrorCode::kOutOfRange, "NCCL rank {} of {}", rank, world_size());
+  TANDEM_CHECK(!aborted_, ErrorCode::kAborted, "NCCL collectives were aborted");
+}
+
+int NcclCollectives::device(int rank) const {
+  check_rank(rank);
+  return devices_[static_cast<size_t>(rank)];
+}
+
+Stream& NcclCollectives::stream(int rank) {
+  check_rank(rank);
+  return *streams_[static_cast<size_t>(rank)];
+}
+
+void NcclCollectives::all_reduce(int rank, float* data, size_t count, bool average) {
+  check_rank(rank);
+  auto r = static_cast<size_t>(rank);
+  DeviceGuard guard(devices_[r]);
+  grouped([&] {
+    TANDEM_NCCL_CHECK(ncclAllReduce(data, data, count, ncclFloat32, average ? ncclAvg : ncclSum, comms_[r],
+                                    streams_[r]->get()),
+                      "rank {} (cuda:{}), {} floats at {}, {}", rank, devices_[r], count, static_cast<void*>(data),
+                      average ? "avg" : "sum");
+  });
+}
+
+void NcclCollectives::broadcast(int rank, void* data, size_t bytes, int root) {
+  check_rank(rank);
+  auto r = static_cast<size_t>(rank);
+  DeviceGuard guard(devices_[r]);
+  grouped([&] {
+    TANDEM_NCCL_CHECK(ncclBroadcast(data, data, bytes, ncclUint8, root, comms_[r], streams_[r]->get()),
+                      "rank {} (cuda:{}), {} bytes, root {}", rank, devices_[r], bytes, root);
+  });
+}
+
+void NcclCollectives::all_gather(int rank, const void* in, void* out, size_t bytes_per_rank) {
+  check_rank(rank);
+  auto r = static_cast<size_t>(rank);
+  DeviceGuard guard(devices_[r]);
+  grouped([&] {
+    TANDEM_NCCL_CHECK(ncclAllGather(in, out, bytes_per_rank, ncclUint8, comms_[r], streams_[r]->get()),
+                      "rank {} (cuda:{}), {} bytes per rank", rank, devices_[r], bytes_per_rank);
+  });
+}
+
+std::string NcclCollectives::async_error(int rank) {
+  check_rank(rank);
+  ncclResult_t async = ncclSuccess;
+  TANDEM_NCCL_CHECK(ncclCommGetAsyncError(comms_[static_cast<size_t>(rank)], &async), "rank {}", rank);
+  if (async == ncclSuccess || async == ncclInProgress) return {};
+  return fmt::format("NCCL error {} on rank {} (cuda:{}): {}", static_cast<int>(async), rank,
+                     devices_[static_cast<size_t>(rank)], ncclGetErrorString(async));
+}
+
+void NcclCollectives::abort() noexcept {
+  if (aborted_) return;
+  aborted_ = true;
+  for (ncclComm_t comm : comms_) {
+    if (comm != nullptr) (void)ncclCommAbort(comm);
+  }
+}
+
+}  // namespace tandem::cuda
+
+extern "C" __attribute__((visibility("default"))) int tandem_cuda_nccl_create(
+    int abi_version, const int* devices, int count, tandem::backend::DeviceCollectives** out, char* error,
+    size_t error_size) {
+  auto write_error = [&](const char* text) {
+    if (error != nullptr && error_size > 0) std::snprintf(error, error_size, "%s", text);
+  };
+  if (out == nullptr || devices == nullptr || count <= 0) {
+    write_error("tandem_cuda_nccl_create: no output, or no devices");
+    return 2;
+  }
+  if (abi_version != kTandemNcclAbi) {
+    write_error(fmt::format("NCCL ABI mismatch: the engine speaks version {}, this plugin {}; rebuild both",
+                            abi_version, kTandemNcclAbi).c_str());
+    return 1;
+  }
+  try {
+    *out = new tandem::cuda::NcclCollectives(std::vector<int>(devices, devices + count));
+    return 0;
+  } catch (const std::exception& e) {
+    write_error(e.what());
+  } catch (...) {
+    write_error("unknown exception creating NCCL communicators");
+  }
+  return 1;
+}

@@ -1,0 +1,73 @@
+// The plugin's NCCL collectives, driven as engine/distribute drives them: one thread per device,
+// each calling with its own rank. Skips, saying why, where there is no driver or GPU.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "engine/backend/plugin_abi.h"
+#include "engine/backend/plugin_loader.h"
+#include "engine/backend/shared_library.h"
+#include "engine/core/device.h"
+#include "engine/core/tensor.h"
+#include "tests/cuda/cuda_test_util.h"
+
+namespace tandem {
+namespace {
+
+std::unique_ptr<backend::DeviceCollectives> create_collectives(int count) {
+  const auto& status = backend::load_cuda_plugin();
+  backend::SharedLibrary plugin(status.path);  // already mapped: this only looks the entry up
+  auto create = plugin.function<TandemNcclCreate>(kTandemNcclEntry);
+  EXPECT_NE(create, nullptr) << plugin.error();
+  if (create == nullptr) return nullptr;
+  std::vector<int> devices;
+  for (int d = 0; d < count; ++d) devices.push_back(d);
+  backend::DeviceCollectives* out = nullptr;
+  char error[512] = {};
+  int rc = create(kTandemNcclAbi, devices.data(), count, &out, error, sizeof(error));
+  EXPECT_EQ(rc, 0) << error;
+  plugin.release();
+  return std::unique_ptr<backend::DeviceCollectives>(out);
+}
+
+TEST(NcclCollectives, AllReduceBroadcastAndAllGatherOnEveryDevice) {
+  TANDEM_REQUIRE_GPU();
+  const int ranks = device_services(DeviceType::kCuda).device_count();
+  auto nccl = create_collectives(ranks);
+  ASSERT_NE(nccl, nullptr);
+  const int64_t n = 1001;
+  std::vector<std::vector<float>> reduced(static_cast<size_t>(ranks)), gathered(static_cast<size_t>(ranks));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < ranks; ++r) {
+    threads.emplace_back([&, r] {
+      Tensor x = Tensor::from_vector(std::vector<float>(static_cast<size_t>(n), static_cast<float>(r + 1)), Shape({n}))
+                     .to(Device::cuda(r));
+      Tensor all = Tensor::empty({ranks, n}, DType::kF32, Device::cuda(r));
+      nccl->all_reduce(r, x.data<float>(), static_cast<size_t>(n), /*average=*/false);
+      nccl->all_gather(r, x.raw_data(), all.raw_data(), x.nbytes());
+      nccl->stream(r).synchronize();
+      reduced[static_cast<size_t>(r)] = x.to(Device::cpu()).to_vector();
+      gathered[static_cast<size_t>(r)] = all.to(Device::cpu()).to_vector();
+      EXPECT_EQ(nccl->async_error(r), "");
+    });
+  }
+  for (auto& t : threads) t.join();
+  const float sum = static_cast<float>(ranks * (ranks + 1) / 2);
+  for (int r = 0; r < ranks; ++r) {
+    for (float v : reduced[static_cast<size_t>(r)]) ASSERT_EQ(v, sum);
+    for (float v : gathered[static_cast<size_t>(r)]) ASSERT_EQ(v, sum);
+  }
+}
+
+TEST(NcclCollectives, BadRankIsAnError) {
+  TANDEM_REQUIRE_GPU();
+  auto nccl = create_collectives(1);
+  ASSERT_NE(nccl, nullptr);
+  EXPECT_THROW(nccl->stream(1), Error);
+  EXPECT_THROW(nccl->all_reduce(-1, nullptr, 0, false), Error);
+}
+
+}  // namespace
+}  // namespace tandem
