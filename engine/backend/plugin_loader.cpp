@@ -78,8 +78,9 @@ CudaPluginStatus load() {
   if (!first_failure.empty()) {
     status.error = fmt::format("cannot load the CUDA plugin {}: {}", status.path, first_failure);
   } else {
-    status.error = fmt::format("{} not found (tried {} place(s); set TANDEM_CUDA_PLUGIN to its path)", kPluginFile,
-                               status.attempts.size());
+    std::string tried;
+    for (const auto& attempt : status.attempts) tried += (tried.empty() ? "" : "; ") + attempt;
+    status.error = fmt::format("{} not found ({}); set TANDEM_CUDA_PLUGIN to its path", kPluginFile, tried);
   }
   return status;
 }
