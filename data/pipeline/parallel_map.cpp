@@ -2,10 +2,12 @@
 // order), apply fn in parallel, and the consumer takes results in that order, or in any
 // order when not deterministic. In-flight work is bounded in count and buffered bytes.
 #include <condition_variable>
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <thread>
 
+#include "data/pipeline/autotune.h"
 #include "data/pipeline/nodes.h"
 #include "data/pipeline/stop_scope.h"
 #include "engine/core/error.h"
@@ -21,14 +23,17 @@ struct Result {
 
 class ParallelMapIterator final : public Iterator {
  public:
-  ParallelMapIterator(const Node& input, MapFn fn, int threads, bool deterministic, const IteratorContext& ctx,
-                      std::shared_ptr<StageStats> stats)
+  ParallelMapIterator(const Node& input, MapFn fn, int threads, bool autotune, bool deterministic,
+                      const IteratorContext& ctx, std::shared_ptr<StageStats> stats, const std::string& name)
       : scope_(ctx.stop), fn_(std::move(fn)), deterministic_(deterministic),
-        capacity_(static_cast<size_t>(threads) * 2), max_bytes_(ctx.budget.queue_bytes), stats_(std::move(stats)) {
+        capacity_(static_cast<size_t>(threads) * 2), max_bytes_(ctx.budget.queue_bytes), stats_(std::move(stats)),
+        tuner_(name, threads, autotune) {
+    stats_->parallelism = tuner_.active();
     IteratorContext child = ctx;
     child.stop = scope_.token();
     input_ = input->make_iterator(child);
-    for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { work(); });
+    // Every thread of the budget starts; those above the tuner's count wait until it grows.
+    for (int i = 0; i < threads; ++i) threads_.emplace_back([this, i] { work(i); });
   }
 
   ~ParallelMapIterator() override {
@@ -42,7 +47,16 @@ class ParallelMapIterator final : public Iterator {
     auto ready = [&] {
       return (deterministic_ ? done_.count(consumed_) > 0 : !done_.empty()) || (input_done_ && consumed_ == end_seq_);
     };
-    if (!changed_.wait(lock, scope_.token(), ready)) throw_stopped();
+    double waited = 0;
+    if (!ready()) {
+      auto start = std::chrono::steady_clock::now();
+      if (!changed_.wait(lock, scope_.token(), ready)) throw_stopped();
+      waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+    if (tuner_.record(waited)) {
+      stats_->parallelism = tuner_.active();
+      changed_.notify_all();
+    }
     if (done_.empty() || (deterministic_ && done_.count(consumed_) == 0)) return false;  // the end
     auto it = deterministic_ ? done_.find(consumed_) : done_.begin();
     Result result = std::move(it->second);
@@ -61,10 +75,11 @@ class ParallelMapIterator final : public Iterator {
 
  private:
   // Reserves a slot; false when the input is done or the pipeline stops.
-  bool reserve() {
+  bool reserve(int index) {
     std::unique_lock lock(mutex_);
     bool ok = changed_.wait(lock, scope_.token(), [&] {
-      return input_done_ || (in_flight_ < capacity_ && (buffered_bytes_ < max_bytes_ || done_.empty()));
+      return input_done_ || (index < tuner_.active() && in_flight_ < capacity_ &&
+                             (buffered_bytes_ < max_bytes_ || done_.empty()));
     });
     if (!ok || input_done_) return false;
     ++in_flight_;
@@ -77,8 +92,8 @@ class ParallelMapIterator final : public Iterator {
     changed_.notify_all();
   }
 
-  void work() {
-    while (reserve()) {
+  void work(int index) {
+    while (reserve(index)) {
       Element in;
       Result result;
       uint64_t seq = 0;
@@ -156,6 +171,7 @@ class ParallelMapIterator final : public Iterator {
   bool failed_ = false;
   size_t in_flight_ = 0;  // reserved and not yet consumed
   size_t buffered_bytes_ = 0;
+  ParallelismTuner tuner_;
   std::vector<std::thread> threads_;
 };
 
@@ -170,7 +186,8 @@ class MapNode final : public DatasetNode {
     int threads = resolve_parallelism(parallel_, ctx.budget, name_);
     stats->parallelism = threads;
     if (threads > 1) {
-      return std::make_unique<ParallelMapIterator>(input_, fn_, threads, deterministic_, ctx, std::move(stats));
+      return std::make_unique<ParallelMapIterator>(input_, fn_, threads, parallel_ == kAutotune, deterministic_, ctx,
+                                                   std::move(stats), name_);
     }
     // One call at a time runs in the puller's thread, as tf.data does.
     struct It final : Iterator {

@@ -159,5 +159,22 @@ TEST(PipelineThreads, PrefetchHoldsNoMoreThanItsByteBudget) {
   EXPECT_LE(made->load(), 5);  // one handed out, three queued, one waiting for room
 }
 
+TEST(PipelineThreads, AutotuneAddsThreadsWhileTheConsumerWaits) {
+  auto slow = [](Element e) {
+    std::this_thread::sleep_for(1ms);  // waiting, not computing: the test needs no free cores
+    return e;
+  };
+  PipelineBudget budget;
+  budget.cpu_threads = 4;
+  DatasetIterator it = Dataset::range(0, 600).map(slow, kAutotune, true, "slow").make_iterator(0, budget);
+  Element e;
+  int64_t n = 0;
+  while (it.next(&e)) ++n;
+  EXPECT_EQ(n, 600);
+  auto stages = it.stats()->snapshot();
+  ASSERT_EQ(stages.size(), 1u);
+  EXPECT_EQ(stages[0].parallelism, 4);  // started at 2, grew to the budget
+}
+
 }  // namespace
 }  // namespace tandem::data
