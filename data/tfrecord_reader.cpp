@@ -110,11 +110,12 @@ bool TFRecordReader::read_one(std::string_view* record) {
   }
   const uint64_t length = load_u64(header);
   if (options_.verify_crc) {
-    uint32_t stored = unmask_crc(load_u32(header + 8));
-    uint32_t computed = crc32c(header, 8);
+    // Both shown masked, as the file stores them, so they can be found in a hex dump.
+    uint32_t stored = load_u32(header + 8);
+    uint32_t computed = mask_crc(crc32c(header, 8));
     if (stored != computed) {
       fail(RecordFault::Kind::kCorrupted, start,
-           fmt::format("length CRC mismatch: stored {:#010x}, computed {:#010x}", stored, computed));
+           fmt::format("length CRC mismatch: stored {:#010x}, computed {:#010x} (masked)", stored, computed));
     }
   }
   if (!read_payload(length, start)) {
@@ -126,11 +127,11 @@ bool TFRecordReader::read_one(std::string_view* record) {
     fail(RecordFault::Kind::kTruncated, start, "the file ends inside the 4-byte data CRC");
   }
   if (options_.verify_crc) {
-    uint32_t stored = unmask_crc(load_u32(footer));
-    uint32_t computed = crc32c(buffer_.data(), length);
+    uint32_t stored = load_u32(footer);
+    uint32_t computed = mask_crc(crc32c(buffer_.data(), length));
     if (stored != computed) {
       fail(RecordFault::Kind::kCorrupted, start + 12,
-           fmt::format("data CRC mismatch: stored {:#010x}, computed {:#010x}", stored, computed));
+           fmt::format("data CRC mismatch: stored {:#010x}, computed {:#010x} (masked)", stored, computed));
     }
   }
   *record = std::string_view(buffer_.data(), length);
