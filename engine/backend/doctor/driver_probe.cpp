@@ -5,7 +5,7 @@
 
 #include <cstdlib>
 #include <fstream>
-#include <regex>
+#include <string>
 
 #include "engine/backend/doctor/cuda_build_info.h"
 #include "engine/backend/doctor/probes.h"
@@ -35,13 +35,18 @@ std::string result_text(const DriverApi& api, int result) {
   return fmt::format("CUresult {}", result);
 }
 
-// The kernel module's version, e.g. 580.65.06, which the driver API does not report.
+// The kernel module's version, e.g. 580.65.06, which the driver API does not report: the first
+// word of /proc/driver/nvidia/version made of digits and dots that starts with 3+ digits.
 std::string kernel_module_version() {
   std::ifstream file("/proc/driver/nvidia/version");
-  std::string line;
-  if (!std::getline(file, line)) return {};
-  std::smatch match;
-  if (std::regex_search(line, match, std::regex(R"((\d{3,}\.\d+(\.\d+)?))"))) return match[1];
+  std::string word;
+  while (file >> word) {
+    size_t digits = word.find_first_not_of("0123456789");
+    if (digits >= 3 && digits != std::string::npos && word[digits] == '.' &&
+        word.find_first_not_of("0123456789.") == std::string::npos) {
+      return word;
+    }
+  }
   return {};
 }
 
