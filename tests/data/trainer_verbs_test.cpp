@@ -1,0 +1,55 @@
+// `trainer inspect` and `trainer convert` as a user runs them: exit status 0/1/2 and output.
+// Runs the built binary when it is there (build the trainer target), and skips otherwise.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "data/example.h"
+#include "data/tfrecord_writer.h"
+#include "tests/data/test_util.h"
+
+namespace tandem::data {
+namespace {
+
+const std::string kTrainer = std::string(TANDEM_BINARY_DIR) + "/tools/trainer";
+
+int run(const std::string& args, std::string* out) {
+  std::FILE* p = ::popen((kTrainer + " " + args + " 2>/dev/null").c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out->append(buf, n);
+  int status = ::pclose(p);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(TrainerVerbs, InspectExitStatusAndConvertRoundTrip) {
+  if (!std::filesystem::exists(kTrainer)) GTEST_SKIP() << "build the trainer target to run " << kTrainer;
+  testing::TempDir tmp;
+  testing::write_file(tmp.file("t.csv"), "x,y,label\n1,0.5,a\n2,1.5,b\n3,2.5,a\n");
+  std::string out;
+  ASSERT_EQ(run("convert --source csv --csv " + tmp.file("t.csv") + " --label label --min-shards 2 --seed 3 -o " +
+                    tmp.file("out"),
+                &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("wrote 3 records in 2 shards"), std::string::npos) << out;
+  std::string shard = tmp.file("out/data-00000-of-00002.tfrecord");
+  out.clear();
+  EXPECT_EQ(run("inspect --json --dump all " + shard, &out), 0);
+  EXPECT_NE(out.find("\"kind\": \"Example\""), std::string::npos) << out;
+  EXPECT_NE(out.find("\"error\": null"), std::string::npos);
+
+  testing::write_file(tmp.file("cut.tfrecord"), frame_record("abc").substr(0, 10));
+  out.clear();
+  EXPECT_EQ(run("inspect " + shard + " " + tmp.file("cut.tfrecord"), &out), 1);
+  EXPECT_NE(out.find("truncated record at 0"), std::string::npos) << out;
+  out.clear();
+  EXPECT_EQ(run("inspect --dump lots " + shard, &out), 2);
+  EXPECT_EQ(run("inspect --compression lz4 " + shard, &out), 2);
+  EXPECT_EQ(run("convert --source idx -o " + tmp.file("x"), &out), 2);  // --images and --labels missing
+}
+
+}  // namespace
+}  // namespace tandem::data
