@@ -131,7 +131,7 @@ std::optional<std::filesystem::path> CheckpointManager::latest() const {
     try {
       validate_checkpoint(it->path);
       return it->path;
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {  // whatever is wrong with it, resume goes on to the next
       spdlog::warn("checkpoint: skipping {}, it is incomplete or damaged: {}", it->path.string(), e.what());
     }
   }
@@ -144,7 +144,7 @@ std::vector<std::filesystem::path> CheckpointManager::complete_checkpoints() con
     try {
       validate_checkpoint(e.path);
       out.push_back(e.path);
-    } catch (const Error&) {
+    } catch (const std::exception&) {
       // Not complete: neither listed nor counted towards keep_last.
     }
   }

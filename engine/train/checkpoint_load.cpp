@@ -2,10 +2,12 @@
 // restoring a model and an optimizer from it, and resolving a `resume:` setting.
 #include <spdlog/spdlog.h>
 
+#include <optional>
 #include <set>
 
 #include "engine/train/checkpoint.h"
 #include "engine/train/checkpoint_fs.h"
+#include "engine/train/checkpoint_json.h"
 #include "engine/train/safetensors.h"
 
 namespace tandem::train {
@@ -30,10 +32,13 @@ void check_file_record(const std::filesystem::path& meta_path, const nlohmann::j
   TANDEM_CHECK(files != j.end() && files->is_object() && files->contains(name), ErrorCode::kDataLoss,
                "checkpoint metadata '{}' has no \"files\".\"{}\" record", meta_path.string(), name);
   const auto& record = (*files)[std::string(name)];
-  bool ok = record.is_object() && record.value("bytes", uint64_t{0}) == header.file_size &&
-            record.value("tensors", uint64_t{0}) == header.entries.size();
+  auto number = [&](const char* key) {
+    auto it = record.is_object() ? record.find(key) : record.end();
+    return it != record.end() && it->is_number_unsigned() ? std::optional<uint64_t>(it->get<uint64_t>()) : std::nullopt;
+  };
+  bool ok = number("bytes") == header.file_size && number("tensors") == header.entries.size();
   TANDEM_CHECK(ok, ErrorCode::kDataLoss, "checkpoint '{}': {} is {} bytes with {} tensors but meta.json recorded {}",
-               meta_path.parent_path().string(), name, header.file_size, header.entries.size(), record.dump());
+               meta_path.parent_path().string(), name, header.file_size, header.entries.size(), json_brief(record));
 }
 
 // Rethrows a load error with the file it came from, keeping its code.

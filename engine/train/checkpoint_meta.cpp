@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "engine/core/error.h"
+#include "engine/train/checkpoint_json.h"
 
 namespace tandem::train {
 namespace {
@@ -28,28 +29,28 @@ class Reader {
   }
   int64_t int_at(const nlohmann::json& j, std::string_view field, std::string_view path) const {
     const auto& v = at(j, field, path);
-    if (!v.is_number_integer()) fail(path, fmt::format("is {}, not an integer", v.dump()));
+    if (!v.is_number_integer()) fail(path, fmt::format("is {}, not an integer", json_brief(v)));
     return v.get<int64_t>();
   }
   uint64_t uint_at(const nlohmann::json& j, std::string_view field, std::string_view path) const {
     const auto& v = at(j, field, path);
-    if (!v.is_number_unsigned()) fail(path, fmt::format("is {}, not a non-negative integer", v.dump()));
+    if (!v.is_number_unsigned()) fail(path, fmt::format("is {}, not a non-negative integer", json_brief(v)));
     return v.get<uint64_t>();
   }
   double number_at(const nlohmann::json& j, std::string_view field, std::string_view path) const {
     const auto& v = at(j, field, path);
     if (v.is_null()) return std::numeric_limits<double>::quiet_NaN();  // JSON has no NaN
-    if (!v.is_number()) fail(path, fmt::format("is {}, not a number", v.dump()));
+    if (!v.is_number()) fail(path, fmt::format("is {}, not a number", json_brief(v)));
     return v.get<double>();
   }
   std::string string_at(const nlohmann::json& j, std::string_view field, std::string_view path) const {
     const auto& v = at(j, field, path);
-    if (!v.is_string()) fail(path, fmt::format("is {}, not a string", v.dump()));
+    if (!v.is_string()) fail(path, fmt::format("is {}, not a string", json_brief(v)));
     return v.get<std::string>();
   }
   const nlohmann::json& object_at(const nlohmann::json& j, std::string_view field, std::string_view path) const {
     const auto& v = at(j, field, path);
-    if (!v.is_object()) fail(path, fmt::format("is {}, not an object", v.dump()));
+    if (!v.is_object()) fail(path, fmt::format("is {}, not an object", json_brief(v)));
     return v;
   }
 
@@ -68,7 +69,7 @@ std::string utc_now_iso8601() {
 
 ReplicaState replica_from_json(const Reader& r, const nlohmann::json& j, size_t i) {
   std::string path = fmt::format("replicas[{}]", i);
-  if (!j.is_object()) r.fail(path, fmt::format("is {}, not an object", j.dump()));
+  if (!j.is_object()) r.fail(path, fmt::format("is {}, not an object", json_brief(j)));
   ReplicaState s;
   s.data_position = r.at(j, "data_position", path + ".data_position");
   const auto& rng = r.object_at(j, "rng", path + ".rng");

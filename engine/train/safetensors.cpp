@@ -9,6 +9,7 @@
 #include <array>
 #include <bit>
 
+#include "engine/train/checkpoint_json.h"
 #include "engine/train/checkpoint_posix.h"
 
 namespace tandem::train {
@@ -69,7 +70,7 @@ class Validator {
 };
 
 DType parse_entry_dtype(const Validator& v, const std::string& name, const nlohmann::json& j) {
-  if (!j.is_string()) v.fail_tensor(name, "\"dtype\" is {}, not a string", j.dump());
+  if (!j.is_string()) v.fail_tensor(name, "\"dtype\" is {}, not a string", json_brief(j));
   const auto& s = j.get_ref<const std::string&>();
   for (const auto& d : kDTypes) {
     if (d.name == s) return d.dtype;
@@ -78,20 +79,20 @@ DType parse_entry_dtype(const Validator& v, const std::string& name, const nlohm
     v.unsupported(name, "dtype {} is valid safetensors but Tandem has no such tensor type (it reads F32, BF16, "
                   "F16, I32, I64, U8)", s);
   }
-  v.fail_tensor(name, "unknown dtype \"{}\"", s);
+  v.fail_tensor(name, "unknown dtype {}", json_brief(j));
 }
 
 Shape parse_entry_shape(const Validator& v, const std::string& name, const nlohmann::json& j) {
-  if (!j.is_array()) v.fail_tensor(name, "\"shape\" is {}, not an array", j.dump());
+  if (!j.is_array()) v.fail_tensor(name, "\"shape\" is {}, not an array", json_brief(j));
   std::vector<int64_t> dims;
   for (const auto& d : j) {
     if (!d.is_number_unsigned() || d.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
-      v.fail_tensor(name, "shape {} holds {}, not a non-negative integer", j.dump(), d.dump());
+      v.fail_tensor(name, "shape {} holds {}, not a non-negative integer", json_brief(j), json_brief(d));
     }
     dims.push_back(d.get<int64_t>());
   }
   if (dims.size() > static_cast<size_t>(Shape::kMaxRank)) {
-    v.unsupported(name, "shape {} has rank {}; Tandem tensors have at most {}", j.dump(), dims.size(),
+    v.unsupported(name, "shape [{}] has rank {}; Tandem tensors have at most {}", fmt::join(dims, ", "), dims.size(),
                   Shape::kMaxRank);
   }
   return Shape(std::span<const int64_t>(dims));
@@ -99,9 +100,9 @@ Shape parse_entry_shape(const Validator& v, const std::string& name, const nlohm
 
 SafetensorsEntry parse_entry(const Validator& v, const std::string& name, const nlohmann::json& j,
                              uint64_t data_size) {
-  if (!j.is_object()) v.fail_tensor(name, "entry is {}, not an object", j.dump());
+  if (!j.is_object()) v.fail_tensor(name, "entry is {}, not an object", json_brief(j));
   for (const char* key : {"dtype", "shape", "data_offsets"}) {
-    if (!j.contains(key)) v.fail_tensor(name, "entry {} has no \"{}\"", j.dump(), key);
+    if (!j.contains(key)) v.fail_tensor(name, "entry has no \"{}\"", key);
   }
   SafetensorsEntry e;
   e.name = name;
@@ -109,7 +110,7 @@ SafetensorsEntry parse_entry(const Validator& v, const std::string& name, const 
   e.shape = parse_entry_shape(v, name, j["shape"]);
   const auto& off = j["data_offsets"];
   if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() || !off[1].is_number_unsigned()) {
-    v.fail_tensor(name, "\"data_offsets\" is {}, not [begin, end] of non-negative integers", off.dump());
+    v.fail_tensor(name, "\"data_offsets\" is {}, not [begin, end] of non-negative integers", json_brief(off));
   }
   e.begin = off[0].get<uint64_t>();
   e.end = off[1].get<uint64_t>();
@@ -156,10 +157,10 @@ void check_coverage(const Validator& v, std::vector<SafetensorsEntry>& entries, 
 }
 
 SafetensorsMetadata parse_metadata(const Validator& v, const nlohmann::json& j) {
-  if (!j.is_object()) v.fail("\"__metadata__\" is {}, not an object of strings", j.dump());
+  if (!j.is_object()) v.fail("\"__metadata__\" is {}, not an object of strings", json_brief(j));
   SafetensorsMetadata out;
   for (const auto& [key, value] : j.items()) {
-    if (!value.is_string()) v.fail("\"__metadata__\" entry '{}' is {}, not a string", key, value.dump());
+    if (!value.is_string()) v.fail("\"__metadata__\" entry '{}' is {}, not a string", key, json_brief(value));
     out.emplace(key, value.get<std::string>());
   }
   return out;

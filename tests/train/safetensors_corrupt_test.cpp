@@ -68,6 +68,13 @@ std::vector<Case> cases() {
                {"tensor 'a'", "overflows"}});
   c.push_back({"metadata_not_strings", with_header(R"({"__metadata__":{"format":3}})", 0),
                {"\"__metadata__\" entry 'format'", "not a string"}});
+  // Deep nesting and a huge value must give a short message, not a deep recursion or a flood.
+  std::string deep = std::string(1'000'000, '[') + std::string(1'000'000, ']');
+  c.push_back({"deeply_nested", with_header(two(R"({"dtype":"F32","shape":)" + deep + R"(,"data_offsets":[0,8]})"), 12),
+               {"tensor 'a'", "holds an array of 1, not a non-negative integer"}});
+  std::string huge = "\"" + std::string(1'000'000, 'x') + "\"";
+  c.push_back({"huge_dtype", with_header(two(R"({"dtype":)" + huge + R"(,"shape":[2],"data_offsets":[0,8]})"), 12),
+               {"tensor 'a'", "unknown dtype"}});
   std::vector<uint8_t> truncated = with_header(two(kGoodA), 12);
   truncated.resize(truncated.size() - 3);
   c.push_back({"truncated", truncated, {"tensor 'b'", "run past the end of the data section (9 bytes)"}});
@@ -97,6 +104,7 @@ TEST(SafetensorsCorrupt, EachRuleGivesItsError) {
       } catch (const Error& e) {
         std::string message = e.what();
         EXPECT_EQ(e.code(), c.code) << message;
+        EXPECT_LT(message.size(), 600u) << message.substr(0, 600);
         EXPECT_NE(message.find(path.string()), std::string::npos) << message;
         for (const auto& s : c.expect) EXPECT_NE(message.find(s), std::string::npos) << "'" << s << "' in " << message;
       }
