@@ -32,12 +32,12 @@ float as_float(const YAML::Node& n, const std::string& p, double min, double max
   return static_cast<float>(as_number(n, p, min, max));
 }
 
-// devices: all | N | [0, 1] | cpu:N, kept as text ("all", "2", "0,1", "cpu:2") for the strategy.
+// devices: all | N | [0, 1] | cpu:N, kept as text ("all", "2", "[0,1]", "cpu:2") for the strategy.
 std::string devices_text(const YAML::Node& n, const std::string& p) {
   if (n.IsSequence()) {
     std::vector<int64_t> ids = yaml::as_ints(n, p, 0);
     TANDEM_CHECK(!ids.empty(), ErrorCode::kInvalidArgument, "{}: the list of devices is empty", yaml::where(n, p));
-    return fmt::format("{}", fmt::join(ids, ","));
+    return fmt::format("[{}]", fmt::join(ids, ","));
   }
   std::string v = as_string(n, p);
   if (v == "all") return v;

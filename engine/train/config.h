@@ -16,7 +16,7 @@ namespace tandem::train {
 // device: where replicas run. devices: which ones (all GPUs, a count, a list, or cpu:N).
 struct DeviceConfig {
   std::string device = "auto";       // auto | cpu | cuda
-  std::string devices = "all";       // all | N | [0, 1] (as "0,1") | cpu:N
+  std::string devices = "all";       // all | N | [0, 1] (as "[0,1]") | cpu:N
 };
 
 struct ModelConfig {

@@ -98,7 +98,7 @@ TEST(Config, SetOverridesAnyKeyAndSaysWhereItCameFrom) {
                         {"optimizer.lr=0.4", "train.epochs=5", "devices=[0, 1]", "model.hidden=[64, 32]"});
   EXPECT_FLOAT_EQ(c.optimizer.lr, 0.4f);
   EXPECT_EQ(c.loop.epochs, 5);
-  EXPECT_EQ(c.device.devices, "0,1");
+  EXPECT_EQ(c.device.devices, "[0,1]");
   EXPECT_EQ(c.model.hidden, (std::vector<int64_t>{64, 32}));
   std::string e = error_of("train: {global_batch_size: 64}", {"train.epochs=-1"});
   EXPECT_NE(e.find("train.epochs (set on the command line): must be at least 1"), std::string::npos) << e;

@@ -1,0 +1,81 @@
+// One replica's state and its loop (internal to engine/train): what each replica thread owns,
+// and what the replicas share (the plan, the communicator group, replica 0's reports).
+#pragma once
+
+#include <atomic>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "engine/distribute/cpu_communicator.h"
+#include "engine/distribute/gradient_bucketer.h"
+#include "engine/optim/optimizer.h"
+#include "engine/optim/schedule.h"
+#include "engine/train/checkpoint.h"
+#include "engine/train/progress.h"
+#include "engine/train/trainer.h"
+
+namespace tandem::train {
+
+struct Trainer::Shared {
+  TrainerSetup setup;
+  std::unique_ptr<distribute::CpuCommunicatorGroup> group;
+  std::unique_ptr<optim::LrSchedule> schedule;
+  std::unique_ptr<CheckpointManager> checkpoints;
+  std::optional<CheckpointMeta> resume;  // what a resumed run starts from
+  std::vector<ReplicaState> positions;   // each replica writes its own before a checkpoint
+  Progress progress;
+  RunSummary summary;  // written by replica 0
+  std::mutex error_mutex;
+  std::exception_ptr first_error;
+  bool first_error_is_abort = false;
+
+  int64_t total_steps() const;
+  void record_error(std::exception_ptr error, bool is_abort);
+};
+
+// The loop of one replica thread; run() returns when training ends or throws on failure.
+class ReplicaLoop {
+ public:
+  ReplicaLoop(Trainer::Shared& shared, int rank);
+  void run();
+
+ private:
+  void setup();
+  // Returns the batches consumed in this epoch, and whether the epoch ran to its end.
+  std::pair<int64_t, bool> train_epoch(int64_t epoch, int64_t skip_batches);
+  bool all_have_batch(bool mine);
+  void train_step(const Batch& batch, StepBreakdown& times);
+  void log_step(int64_t epoch, int64_t step_in_epoch);
+  void evaluate(int64_t step);
+  void checkpoint(int64_t epoch, int64_t batches_into_epoch);
+  double reduce_scalar_sum(double value);
+  bool done() const;
+
+  Trainer::Shared& shared_;
+  const TrainConfig& config_;
+  const distribute::ReplicaPlan& plan_;
+  int rank_;
+  std::unique_ptr<ExecutionContext> ctx_;
+  std::shared_ptr<nn::Module> model_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<distribute::GradientBucketer> bucketer_;
+  distribute::Communicator* comm_ = nullptr;
+  Tensor flag_;    // (1) f32: the per-step "I have a full batch" vote
+  Tensor stats_;   // (3) f32: loss sum, correct, examples since the last log line
+
+  int64_t step_ = 0;          // global steps completed
+  int64_t start_step_ = 0;    // where this run started (the resumed step, or 0)
+  int64_t last_checkpoint_step_ = -1;
+  int64_t timed_steps_ = 0;   // steps after warm-up, for throughput
+  double loss_sum_ = 0, correct_ = 0, seen_ = 0;  // since the last log line (this replica)
+  double last_train_loss_ = 0;
+  std::vector<double> step_times_;
+  StepBreakdown timed_breakdown_;
+  double timed_seconds_ = 0;
+  double interval_input_ = 0, interval_total_ = 0;  // for the progress line's input-wait share
+  int64_t dropped_ = 0;
+};
+
+}  // namespace tandem::train

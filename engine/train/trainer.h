@@ -1,0 +1,51 @@
+// The training loop: one thread per replica, each with its own model, optimizer, context and
+// batch source, kept identical by a bucketed all-reduce of gradients. Replicas agree at every
+// step that each has a full batch, so an uneven shard ends the epoch for all, never a hang.
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/distribute/replica_plan.h"
+#include "engine/nn/module.h"
+#include "engine/train/batch_source.h"
+#include "engine/train/config.h"
+#include "engine/train/metrics.h"
+
+namespace tandem::train {
+
+struct TrainerSetup {
+  TrainConfig config;
+  distribute::ReplicaPlan plan;
+  // Builds one replica's model on the host; replica 0's initial weights are broadcast to all.
+  std::function<std::shared_ptr<nn::Module>()> make_model;
+  std::vector<std::unique_ptr<BatchSource>> train_sources;  // one per replica
+  std::vector<std::unique_ptr<BatchSource>> eval_sources;   // one per replica, or none
+  int64_t steps_per_epoch = 0;  // known from the shard plan; 0 when unknown
+  std::vector<MetricsSink*> sinks;
+  std::filesystem::path run_dir;
+  std::string resolved_config;  // stored in checkpoints
+  bool terminal = false;        // progress bar instead of log lines
+};
+
+class Trainer {
+ public:
+  explicit Trainer(TrainerSetup setup);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // Trains to the end (epochs or steps), evaluating and checkpointing as configured. Throws the
+  // first replica's error (the root cause, not the other replicas' "aborted").
+  RunSummary run();
+
+  struct Shared;  // the state replica threads share (engine/train/replica.h), internal
+
+ private:
+  std::unique_ptr<Shared> shared_;
+};
+
+}  // namespace tandem::train

@@ -1,0 +1,251 @@
+// The training loop on CPU replicas with an in-memory source: learning, equivalence of 1, 2 and
+// 4 replicas, determinism, exact resume, uneven shards, and failures that stop every replica.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "engine/train/trainer.h"
+#include "models/registry.h"
+
+namespace tandem::train {
+namespace {
+
+constexpr int kClasses = 4;
+
+// Examples 0..n-1 with images that depend on the label, so there is something to learn.
+struct Dataset {
+  Tensor x;       // (n, 1, 6, 6)
+  Tensor labels;  // (n)
+};
+
+Dataset make_dataset(int64_t n) {
+  Generator g(99);
+  Dataset d{Tensor::empty({n, 1, 6, 6}), Tensor::empty({n}, DType::kI64)};
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t label = static_cast<int64_t>(g.below(kClasses));
+    d.labels.data<int64_t>()[i] = label;
+    for (int64_t j = 0; j < 36; ++j) d.x.data<float>()[i * 36 + j] = 0.5f * g.normal() + (j % kClasses == label ? 1.0f : 0.0f);
+  }
+  return d;
+}
+
+// Global batch k of an epoch is examples perm[k*B, (k+1)*B); replica r takes its r-th slice,
+// so R replicas see exactly the examples one replica with batch B sees.
+class SliceSource : public BatchSource {
+ public:
+  SliceSource(const Dataset& data, int rank, int replicas, int64_t per_replica, int64_t limit = -1)
+      : data_(data), rank_(rank), replicas_(replicas), b_(per_replica), limit_(limit) {}
+  void start_epoch(int64_t epoch) override {
+    int64_t n = data_.labels.numel();
+    perm_.resize(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) perm_[static_cast<size_t>(i)] = i;
+    Generator g(1234, static_cast<uint64_t>(epoch));
+    for (int64_t i = n - 1; i > 0; --i) std::swap(perm_[static_cast<size_t>(i)], perm_[g.below(static_cast<uint64_t>(i + 1))]);
+    k_ = 0;
+  }
+  bool next(Batch& batch) override {
+    int64_t global = b_ * replicas_;
+    int64_t batches = static_cast<int64_t>(perm_.size()) / global;
+    if (limit_ >= 0) batches = std::min(batches, limit_);
+    if (k_ >= batches) return false;
+    batch.x = Tensor::empty({b_, 1, 6, 6});
+    batch.labels = Tensor::empty({b_}, DType::kI64);
+    for (int64_t i = 0; i < b_; ++i) {
+      int64_t e = perm_[static_cast<size_t>(k_ * global + rank_ * b_ + i)];
+      std::copy_n(data_.x.data<float>() + e * 36, 36, batch.x.data<float>() + i * 36);
+      batch.labels.data<int64_t>()[i] = data_.labels.data<int64_t>()[e];
+    }
+    ++k_;
+    return true;
+  }
+
+ private:
+  const Dataset& data_;
+  int rank_, replicas_;
+  int64_t b_, limit_;
+  std::vector<int64_t> perm_;
+  int64_t k_ = 0;
+};
+
+struct TrainedRun {
+  RunSummary summary;
+  std::map<std::string, std::vector<float>> weights;  // replica 0's parameters at the end
+};
+
+TrainConfig base_config(const std::filesystem::path& dir) {
+  TrainConfig c;
+  c.seed = 5;
+  c.model = {.name = "mlp", .num_classes = kClasses, .in_channels = 1, .input_size = 6, .hidden = {16}};
+  c.loop.global_batch_size = 8;
+  c.loop.epochs = 2;
+  c.loop.log_every_steps = 4;
+  c.loop.warmup_steps_for_timing = 1;
+  c.optimizer = {.name = "sgd", .lr = 0.02f, .momentum = 0.9f};
+  c.checkpoint.dir = (dir / "checkpoints").string();
+  c.output.run_dir = dir.string();
+  c.distribute.watchdog_timeout_s = 20;
+  return c;
+}
+
+// Builds the setup for `replicas` CPU replicas; source(r) makes replica r's training source.
+TrainedRun train(TrainConfig config, int replicas, const std::function<std::unique_ptr<BatchSource>(int)>& source,
+          std::vector<std::unique_ptr<BatchSource>> eval = {}) {
+  TrainerSetup setup;
+  setup.config = config;
+  setup.plan = distribute::plan_replicas({.device = "cpu", .devices = fmt::format("cpu:{}", replicas),
+                                          .global_batch_size = config.loop.global_batch_size, .cores = replicas});
+  std::mutex mutex;
+  std::vector<std::shared_ptr<nn::Module>> built;
+  setup.make_model = [&] {
+    auto m = models::create_model({.name = config.model.name, .num_classes = config.model.num_classes,
+                                   .in_channels = config.model.in_channels, .input_size = config.model.input_size,
+                                   .hidden = config.model.hidden});
+    std::lock_guard lock(mutex);
+    built.push_back(m);
+    return m;
+  };
+  for (int r = 0; r < replicas; ++r) setup.train_sources.push_back(source(r));
+  setup.eval_sources = std::move(eval);
+  setup.run_dir = config.output.run_dir;
+  Trainer trainer(std::move(setup));
+  TrainedRun run;
+  run.summary = trainer.run();
+  for (auto& [name, p] : built.front()->named_parameters()) run.weights[name] = p.value().to_vector();
+  // Every replica ends with bitwise the same parameters.
+  for (auto& m : built) {
+    for (auto& [name, p] : m->named_parameters()) EXPECT_EQ(p.value().to_vector(), run.weights[name]) << name;
+  }
+  return run;
+}
+
+class TrainerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           fmt::format("tandem-trainer-{}-{}", ::testing::UnitTest::GetInstance()->current_test_info()->name(), getpid());
+    std::filesystem::remove_all(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::filesystem::path dir_;
+  Dataset data_ = make_dataset(64);
+};
+
+TEST_F(TrainerTest, LearnsAndReportsTheRun) {
+  TrainConfig c = base_config(dir_);
+  c.loop.epochs = 6;
+  std::vector<std::unique_ptr<BatchSource>> eval;
+  eval.push_back(std::make_unique<SliceSource>(data_, 0, 1, 8));
+  TrainedRun run = train(c, 1, [&](int r) { return std::make_unique<SliceSource>(data_, r, 1, 8); }, std::move(eval));
+  EXPECT_EQ(run.summary.steps, 48);
+  EXPECT_EQ(run.summary.epochs, 6);
+  EXPECT_GT(run.summary.images_per_sec, 0);
+  EXPECT_GT(run.summary.step_time_p95_ms, 0);
+  EXPECT_GE(run.summary.step_time_p95_ms, run.summary.step_time_p50_ms);
+  EXPECT_GT(run.summary.final_metrics.at("eval_top1"), 0.9);
+  EXPECT_LT(run.summary.final_metrics.at("train_loss"), 0.5);
+  EXPECT_EQ(run.summary.global_batch_size, 8);
+  EXPECT_EQ(run.summary.per_replica_batch_size, 8);
+  EXPECT_EQ(run.summary.device, "cpu");
+}
+
+TEST_F(TrainerTest, TwoAndFourReplicasMatchOneWithTheSameGlobalBatch) {
+  TrainConfig c = base_config(dir_);
+  c.loop.steps = 20;
+  c.loop.epochs = 1;
+  TrainedRun one = train(c, 1, [&](int r) { return std::make_unique<SliceSource>(data_, r, 1, 8); });
+  for (int replicas : {2, 4}) {
+    TrainedRun many = train(c, replicas, [&](int r) { return std::make_unique<SliceSource>(data_, r, replicas, 8 / replicas); });
+    EXPECT_EQ(many.summary.steps, 20);
+    for (auto& [name, w] : one.weights) {
+      const auto& v = many.weights[name];
+      ASSERT_EQ(v.size(), w.size());
+      for (size_t i = 0; i < w.size(); ++i) EXPECT_NEAR(v[i], w[i], 1e-5 * (1 + std::fabs(w[i]))) << name << "[" << i << "]";
+    }
+  }
+}
+
+TEST_F(TrainerTest, DeterministicRunsAreBitwiseEqual) {
+  TrainConfig c = base_config(dir_);
+  c.deterministic = true;
+  auto source = [&](int r) { return std::make_unique<SliceSource>(data_, r, 2, 4); };
+  TrainedRun a = train(c, 2, source);
+  TrainedRun b = train(c, 2, source);
+  EXPECT_EQ(a.weights, b.weights);
+}
+
+TEST_F(TrainerTest, ResumeMidEpochEndsWithBitwiseTheSameWeights) {
+  TrainConfig c = base_config(dir_);
+  c.deterministic = true;
+  c.loop.epochs = 3;
+  auto source = [&](int r) { return std::make_unique<SliceSource>(data_, r, 1, 8); };
+  TrainedRun straight = train(c, 1, source);
+
+  // Stop after 13 steps (mid-epoch 2), with a checkpoint every 13 steps, then resume to the end.
+  TrainConfig first = c;
+  first.loop.steps = 13;
+  first.checkpoint.every_steps = 13;
+  first.checkpoint.dir = (dir_ / "resume").string();
+  train(first, 1, source);
+  TrainConfig second = c;
+  second.checkpoint.dir = first.checkpoint.dir;
+  second.checkpoint.resume = "auto";
+  TrainedRun resumed = train(second, 1, source);
+  EXPECT_EQ(resumed.summary.steps, straight.summary.steps);
+  EXPECT_EQ(resumed.weights, straight.weights);
+}
+
+TEST_F(TrainerTest, UnevenShardsEndTheEpochTogetherAndCountTheDropped) {
+  TrainConfig c = base_config(dir_);
+  c.loop.epochs = 1;
+  // Replica 1 has 8 batches, replica 0 only 3: the epoch ends after 3 steps for both.
+  TrainedRun run = train(c, 2, [&](int r) { return std::make_unique<SliceSource>(data_, r, 2, 4, r == 0 ? 3 : 8); });
+  EXPECT_EQ(run.summary.steps, 3);
+  EXPECT_EQ(run.summary.dropped_examples, 5 * 4);
+}
+
+class FailingSource : public SliceSource {
+ public:
+  FailingSource(const Dataset& d, int rank, int mode) : SliceSource(d, rank, 2, 4), mode_(mode) {}
+  bool next(Batch& batch) override {
+    if (++calls_ == 3) {
+      if (mode_ == 1) throw_error(ErrorCode::kDataLoss, "corrupted record at 1234 in shard-7.tfrecord");
+      if (mode_ == 2) std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+    }
+    return SliceSource::next(batch);
+  }
+
+ private:
+  int mode_;
+  int calls_ = 0;
+};
+
+TEST_F(TrainerTest, AReplicaThatThrowsStopsAllWithItsCause) {
+  TrainConfig c = base_config(dir_);
+  try {
+    train(c, 2, [&](int r) { return std::make_unique<FailingSource>(data_, r, r == 1 ? 1 : 0); });
+    FAIL() << "the corrupt record must stop the run";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kDataLoss) << e.what();
+    EXPECT_NE(std::string(e.what()).find("shard-7.tfrecord"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(TrainerTest, AStalledReplicaIsNamedByTheWatchdog) {
+  TrainConfig c = base_config(dir_);
+  c.distribute.watchdog_timeout_s = 0.5;
+  auto start = std::chrono::steady_clock::now();
+  try {
+    train(c, 2, [&](int r) { return std::make_unique<FailingSource>(data_, r, r == 1 ? 2 : 0); });
+    FAIL() << "the stalled replica must stop the run";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kDeadlineExceeded) << e.what();
+    EXPECT_NE(std::string(e.what()).find("replica 1"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+}  // namespace
+}  // namespace tandem::train
