@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "data/pipeline/autotune.h"
+#include "data/pipeline/carried_error.h"
 #include "data/pipeline/nodes.h"
 #include "data/pipeline/stop_scope.h"
 #include "engine/core/error.h"
@@ -17,7 +18,7 @@ namespace {
 
 struct Result {
   Element element;
-  std::exception_ptr error;
+  CarriedError error;
   size_t bytes = 0;
 };
 
@@ -67,7 +68,7 @@ class ParallelMapIterator final : public Iterator {
     changed_.notify_all();
     if (result.error) {
       failed_ = true;  // an error ends the stream: later calls see its end, never a hang
-      std::rethrow_exception(result.error);
+      result.error.rethrow();
     }
     *out = std::move(result.element);
     return true;
@@ -108,7 +109,7 @@ class ParallelMapIterator final : public Iterator {
         try {
           got = input_->next(&in);
         } catch (...) {
-          result.error = std::current_exception();
+          result.error = CarriedError::capture();
         }
         seq = next_seq_++;
         if (!got) {
@@ -132,7 +133,7 @@ class ParallelMapIterator final : public Iterator {
       result->bytes = result->element.bytes();
       stats_->elements.fetch_add(1, std::memory_order_relaxed);
     } catch (...) {
-      result->error = std::current_exception();
+      result->error = CarriedError::capture();
     }
   }
 

@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "data/pipeline/bounded_queue.h"
+#include "data/pipeline/carried_error.h"
 #include "data/pipeline/nodes.h"
 #include "data/pipeline/stop_scope.h"
 #include "engine/core/error.h"
@@ -16,7 +17,7 @@ constexpr int64_t kAutotunedPrefetch = 4;  // bounded by the byte budget as well
 
 struct Slot {
   Element element;
-  std::exception_ptr error;
+  CarriedError error;
 };
 
 class PrefetchIterator final : public Iterator {
@@ -43,7 +44,7 @@ class PrefetchIterator final : public Iterator {
     }
     if (slot.error) {
       failed_ = true;
-      std::rethrow_exception(slot.error);
+      slot.error.rethrow();
     }
     *out = std::move(slot.element);
     return true;
@@ -60,7 +61,7 @@ class PrefetchIterator final : public Iterator {
         slot = Slot{};
       }
     } catch (...) {
-      Slot failed{Element{}, std::current_exception()};
+      Slot failed{Element{}, CarriedError::capture()};
       queue_.push(std::move(failed), 0, stop);
     }
     queue_.close();

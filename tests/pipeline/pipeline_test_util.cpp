@@ -10,7 +10,6 @@
 #include <future>
 #include <thread>
 
-#include "data/example.h"
 #include "data/tfrecord_writer.h"
 #include "engine/core/random.h"
 
@@ -48,11 +47,44 @@ Image synthetic_image(int width, int height, int channels, uint64_t seed) {
   return im;
 }
 
+namespace {
+
+void put_varint(std::string* out, uint64_t v) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+}
+
+void put_field(std::string* out, int field, const std::string& bytes) {
+  put_varint(out, static_cast<uint64_t>(field) << 3 | 2);  // wire type 2: length-delimited
+  put_varint(out, bytes.size());
+  out->append(bytes);
+}
+
+std::string map_entry(const std::string& key, const std::string& feature) {
+  std::string entry;
+  put_field(&entry, 1, key);
+  put_field(&entry, 2, feature);
+  return entry;
+}
+
+}  // namespace
+
+// Written straight in the wire format (tf.train.Example > Features > map<string, Feature>), so
+// the fixtures do not depend on the protobuf runtime, which the TSan build cannot use here.
 std::string image_example(const std::string& encoded, int64_t label) {
-  FeatureMap features;
-  features["image/encoded"] = Feature::of_bytes({encoded});
-  features["image/class/label"] = Feature::of_ints({label});
-  return serialize_example(features);
+  std::string bytes_list, int64_list, packed, image_feature, label_feature, features, example;
+  put_field(&bytes_list, 1, encoded);
+  put_field(&image_feature, 1, bytes_list);  // Feature.bytes_list
+  put_varint(&packed, static_cast<uint64_t>(label));
+  put_field(&int64_list, 1, packed);  // Int64List.value, packed
+  put_field(&label_feature, 3, int64_list);  // Feature.int64_list
+  put_field(&features, 1, map_entry("image/class/label", label_feature));
+  put_field(&features, 1, map_entry("image/encoded", image_feature));
+  put_field(&example, 1, features);
+  return example;
 }
 
 void write_tfrecord(const std::string& path, const std::vector<std::string>& records) {
