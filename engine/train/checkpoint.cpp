@@ -77,7 +77,8 @@ std::filesystem::path CheckpointManager::save(nn::Module& model, const optim::Op
     write_safetensors(tmp / kModelFile, model_state, {{"format", "pt"}});
     stage_done("model");
     TensorMap optimizer_state = optimizer.state_dict();
-    write_safetensors(tmp / kOptimizerFile, optimizer_state, {{"format", "pt"}, {"optimizer", optimizer.options().name}});
+    write_safetensors(tmp / kOptimizerFile, optimizer_state,
+                      {{"format", "pt"}, {"optimizer", optimizer.options().name}});
     stage_done("optimizer");
 
     CheckpointMeta full = meta;

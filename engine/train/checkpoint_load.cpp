@@ -87,7 +87,8 @@ CheckpointMeta validate_checkpoint(const std::filesystem::path& checkpoint) {
   std::string name = checkpoint.filename().string();
   std::string expected = step_directory_name(meta.step);
   TANDEM_CHECK(!parse_step_directory_name(name) || name == expected, ErrorCode::kDataLoss,
-               "checkpoint '{}': meta.json says step {}, which belongs in {}", checkpoint.string(), meta.step, expected);
+               "checkpoint '{}': meta.json says step {}, which belongs in {}", checkpoint.string(), meta.step,
+               expected);
   for (std::string_view file : {CheckpointManager::kModelFile, CheckpointManager::kOptimizerFile}) {
     SafetensorsHeader header = read_safetensors_header(checkpoint / file);
     check_file_record(meta_path, j, file, header);

@@ -131,7 +131,9 @@ CheckpointMeta meta_from_json(const nlohmann::json& j, const std::filesystem::pa
   for (const auto& [name, value] : metrics.items()) m.metrics[name] = r.number_at(metrics, name, "metrics." + name);
   m.wall_time_s = r.number_at(j, "wall_time_s", "wall_time_s");
   m.config = r.string_at(j, "config", "config");
-  if (m.step < 0 || m.epoch < 0 || m.optimizer_steps < 0) r.fail("step", "or epoch or optimizer.steps_taken is negative");
+  if (m.step < 0 || m.epoch < 0 || m.optimizer_steps < 0) {
+    r.fail("step", "or epoch or optimizer.steps_taken is negative");
+  }
   return m;
 }
 

@@ -36,7 +36,8 @@ const std::string kGoodA = R"({"dtype":"F32","shape":[2],"data_offsets":[0,8]})"
 std::vector<Case> cases() {
   std::vector<Case> c;
   c.push_back({"too_short", {1, 2, 3, 4, 5}, {"5 bytes, too short"}});
-  c.push_back({"huge_header_length", with_header(two(kGoodA), 12, 1'000'000'000), {"header length 1000000000 exceeds"}});
+  c.push_back({"huge_header_length", with_header(two(kGoodA), 12, 1'000'000'000),
+               {"header length 1000000000 exceeds"}});
   c.push_back({"header_past_end", with_header(two(kGoodA), 12, 4096), {"header length 4096 runs past the end"}});
   c.push_back({"not_an_object", with_header(R"(["a"])", 0), {"does not start with '{'"}});
   c.push_back({"bad_json", with_header(R"({"a":{"dtype":)", 12), {"not valid JSON"}});
@@ -64,7 +65,8 @@ std::vector<Case> cases() {
   c.push_back({"not_from_zero", with_header(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", 8),
                {"tensor 'a'", "leave bytes [0, 4)"}});
   c.push_back({"trailing_bytes", with_header(two(kGoodA), 20), {"cover 12 bytes but the data section holds 20"}});
-  c.push_back({"overflow", with_header(two(R"({"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]})"), 12),
+  c.push_back({"overflow",
+               with_header(two(R"({"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]})"), 12),
                {"tensor 'a'", "overflows"}});
   c.push_back({"metadata_not_strings", with_header(R"({"__metadata__":{"format":3}})", 0),
                {"\"__metadata__\" entry 'format'", "not a string"}});
