@@ -39,6 +39,8 @@ int64_t count_uncompressed(const std::string& path, uint64_t size) {
     TANDEM_CHECK(got == 8, ErrorCode::kDataLoss, "{}: truncated record at {}", path, offset);
     uint64_t length = 0;
     for (int i = 7; i >= 0; --i) length = (length << 8) | header[i];
+    // A damaged length must not wrap the offset around; the reader reports the damage later.
+    if (length > size - offset) break;
     offset += 16 + length;
     ++records;
   }
