@@ -109,6 +109,16 @@ Tensor Tensor::reshape(const Shape& shape) const {
   return t;
 }
 
+Tensor Tensor::view(const Shape& shape, MemoryFormat format) const {
+  TANDEM_CHECK(shape.numel() == numel(), ErrorCode::kInvalidArgument, "view: cannot see {} ({} elements) as {} ({})",
+               describe(), numel(), shape.str(), shape.numel());
+  check_format(shape, format);
+  Tensor t = *this;
+  t.shape_ = shape;
+  t.format_ = format;
+  return t;
+}
+
 Tensor Tensor::to_format(MemoryFormat format) const {
   if (format == format_) return *this;
   TANDEM_CHECK(device().is_cpu(), ErrorCode::kUnimplemented, "to_format on {}: only the CPU converts layouts here",

@@ -82,6 +82,9 @@ class Tensor {
   void copy_from(const Tensor& src, Stream* stream = nullptr);
   // The same storage seen with another shape of the same element count (contiguous only).
   Tensor reshape(const Shape& shape) const;
+  // The same storage seen as another logical shape and memory format with the same element count:
+  // a contiguous (N, H, W, C) buffer is the channels_last layout of logical (N, C, H, W).
+  Tensor view(const Shape& shape, MemoryFormat format) const;
   // The same values laid out in another memory format (a copy; CPU only).
   Tensor to_format(MemoryFormat format) const;
   // Fills with zeros on any device.

@@ -27,27 +27,30 @@ int64_t count_top_k(const Tensor& logits, const Tensor& labels, int k) {
   return correct;
 }
 
+EvalSums evaluate_pass(ExecutionContext& ctx, nn::Module& model, BatchSource& source, float label_smoothing) {
+  bool was_training = model.is_training();
+  model.eval();
+  EvalSums sums;
+  autograd::NoGradGuard no_grad;
+  source.start_epoch(0);
+  Batch batch;
+  while (source.next(batch)) {
+    autograd::Variable logits = model.forward(ctx, autograd::Variable(batch.x));
+    autograd::Variable per_example = autograd::softmax_cross_entropy(ctx, logits, batch.labels, label_smoothing);
+    for (float v : per_example.value().to_vector()) sums.loss += v;
+    sums.top1 += static_cast<double>(count_top_k(logits.value(), batch.labels, 1));
+    sums.top5 += static_cast<double>(count_top_k(logits.value(), batch.labels, 5));
+    sums.examples += static_cast<double>(batch.labels.numel());
+  }
+  model.train(was_training);
+  return sums;
+}
+
 void ReplicaLoop::evaluate(int64_t step) {
   auto& sources = shared_.setup.eval_sources;
   if (sources.empty()) return;
-  BatchSource& source = *sources[static_cast<size_t>(rank_)];
-  model_->eval();
-  double loss = 0, top1 = 0, top5 = 0, count = 0;
-  {
-    autograd::NoGradGuard no_grad;
-    source.start_epoch(0);
-    Batch batch;
-    while (source.next(batch)) {
-      autograd::Variable logits = model_->forward(*ctx_, autograd::Variable(batch.x));
-      autograd::Variable per_example =
-          autograd::softmax_cross_entropy(*ctx_, logits, batch.labels, config_.loop.label_smoothing);
-      for (float v : per_example.value().to_vector()) loss += v;
-      top1 += static_cast<double>(count_top_k(logits.value(), batch.labels, 1));
-      top5 += static_cast<double>(count_top_k(logits.value(), batch.labels, 5));
-      count += static_cast<double>(batch.labels.numel());
-    }
-  }
-  model_->train();
+  EvalSums mine = evaluate_pass(*ctx_, *model_, *sources[static_cast<size_t>(rank_)], config_.loop.label_smoothing);
+  double loss = mine.loss, top1 = mine.top1, top5 = mine.top5, count = mine.examples;
   // Each replica evaluated a different shard; the sums over replicas are the whole set's.
   Tensor sums = Tensor::from_vector({static_cast<float>(loss), static_cast<float>(top1), static_cast<float>(top5),
                                      static_cast<float>(count)},

@@ -55,6 +55,19 @@ TEST(Tensor, ChannelsLastRoundTripKeepsLogicalValues) {
   EXPECT_THROW(Tensor::empty({2, 3}, DType::kF32, Device::cpu(), MemoryFormat::kChannelsLast), Error);
 }
 
+TEST(Tensor, ViewReinterpretsNhwcBytesAsChannelsLast) {
+  // A loader's contiguous (N, H, W, C) batch is the channels_last layout of logical (N, C, H, W).
+  std::vector<float> nhwc(2 * 4 * 5 * 3);
+  for (size_t i = 0; i < nhwc.size(); ++i) nhwc[i] = static_cast<float>(i);
+  Tensor batch = Tensor::from_vector(nhwc, {2, 4, 5, 3});
+  Tensor x = batch.view({2, 3, 4, 5}, MemoryFormat::kChannelsLast);
+  EXPECT_TRUE(x.shares_storage_with(batch));
+  std::vector<float> logical = x.to_vector();
+  // Logical (n=0, c=1, h=0, w=2) is NHWC element (0, 0, 2, 1) = 2 * 3 + 1.
+  EXPECT_EQ(logical[static_cast<size_t>(1 * 20 + 0 * 5 + 2)], 7.0f);
+  EXPECT_THROW(batch.view({2, 3, 4, 4}, MemoryFormat::kChannelsLast), Error);
+}
+
 TEST(Tensor, WrongDtypeAccessIsAnError) {
   Tensor t = Tensor::zeros({3}, DType::kI64);
   EXPECT_EQ(t.data<int64_t>()[2], 0);
