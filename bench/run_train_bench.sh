@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# ResNet-20 training step, ours (bench/train_bench.cpp) against PyTorch (bench/pytorch_resnet20.py),
+# run alternately, round by round, so the drift of a shared machine hits both alike; prints medians.
+# Builds nothing: build train_bench first (docs/PERFORMANCE.md gives the commands).
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+bin=${TRAIN_BENCH:-$root/build-bench/bench/train_bench}
+python=/usr/bin/python3  # Debian's python3-torch; a pyenv python3 on PATH has no torch
+rounds=3 steps=5 warmup=2 threads=0 formats="nchw nhwc"
+
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --rounds) rounds=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    --warmup) warmup=$2; shift 2 ;;
+    --threads) threads=$2; shift 2 ;;
+    --format) [[ $2 == both ]] && formats="nchw nhwc" || formats=$2; shift 2 ;;
+    *) echo "usage: $0 [--rounds N] [--steps N] [--warmup N] [--threads N] [--format nchw|nhwc|both]" >&2; exit 2 ;;
+  esac
+done
+
+if [[ ! -x $bin ]]; then
+  echo "no $bin; build it: cmake -S $root -B $root/build-bench -G Ninja -DTANDEM_WITH_CUDA=OFF" \
+       "-DCMAKE_BUILD_TYPE=Release && ninja -C $root/build-bench train_bench" >&2
+  exit 1
+fi
+
+# glibc keeps freed memory instead of trimming and re-faulting it each step: PyTorch's allocations
+# go through malloc and are 1.4-4x faster so; ours (a caching allocator) is unaffected. Both get it.
+export MALLOC_TRIM_THRESHOLD_=${MALLOC_TRIM_THRESHOLD_:-1073741824}
+export MALLOC_MMAP_THRESHOLD_=${MALLOC_MMAP_THRESHOLD_:-33554432}  # glibc's maximum (32 MiB)
+
+with_torch=1
+if ! "$python" -c 'import torch' 2>/dev/null; then
+  with_torch=0
+  echo "$python cannot import torch (install python3-torch): printing our figures alone"
+fi
+
+results=$(mktemp --suffix=.jsonl)
+echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)   malloc: MALLOC_TRIM_THRESHOLD_=$MALLOC_TRIM_THRESHOLD_" \
+     "MALLOC_MMAP_THRESHOLD_=$MALLOC_MMAP_THRESHOLD_   steps $steps after $warmup warm-up, $rounds rounds"
+args=(--steps "$steps" --warmup "$warmup" --threads "$threads")
+tag() { sed "s/^{/{\"round\": $round, /" >>"$results"; }  # JSON lines, each marked with its round
+ours() { "$bin" "${args[@]}" --format "$fmt" --json | tag || echo "train_bench failed ($fmt, round $round)" >&2; }
+theirs() { "$python" "$root/bench/pytorch_resnet20.py" "${args[@]}" --format "$fmt" | tag || echo "PyTorch failed ($fmt)" >&2; }
+for ((round = 1; round <= rounds; ++round)); do
+  for fmt in $formats; do
+    # Alternate who goes first, so neither always runs in the other's wake.
+    if ((with_torch == 0)); then ours
+    elif ((round % 2)); then ours; theirs
+    else theirs; ours
+    fi
+    echo "round $round $fmt done (load average $(cut -d' ' -f1-3 /proc/loadavg))"
+  done
+done
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)   raw results: $results"
+
+"$python" - "$results" <<'EOF'
+import json, statistics, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+def pick(engine, fmt, key):
+    return {r["round"]: r[key] for r in rows if r["engine"] == engine and r["format"] == fmt}
+print("\n| format | ours images/s | PyTorch images/s | ours / PyTorch (min-max) | CPU ms/step ours | CPU ms/step PyTorch |")
+print("|---|---:|---:|---:|---:|---:|")
+for fmt in ("nchw", "nhwc"):
+    ours, theirs = pick("tandem", fmt, "images_per_sec"), pick("pytorch", fmt, "images_per_sec")
+    if not ours:
+        continue
+    cpu_ours, cpu_theirs = pick("tandem", fmt, "cpu_ms_per_step"), pick("pytorch", fmt, "cpu_ms_per_step")
+    # Ratios are paired by round (both ran within the same minute), then the median is taken.
+    ratios = [ours[k] / theirs[k] for k in ours if k in theirs]
+    med = lambda d: f"{statistics.median(d.values()):.1f}" if d else "-"
+    ratio = f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})" if ratios else "-"
+    print(f"| {fmt} | {med(ours)} | {med(theirs)} | {ratio} | {med(cpu_ours)} | {med(cpu_theirs)} |")
+EOF

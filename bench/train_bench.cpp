@@ -1,0 +1,335 @@
+// One training step loop of the CIFAR-style ResNet-20 from the models registry on Fashion-MNIST
+// shapes (batch 128, 1x28x28, 10 classes, SGD momentum 0.9), in NCHW and channels_last. Prints
+// images/s, step-time percentiles, the forward/backward/optimizer split, system allocations per
+// warm step and (--profile) time per kernel; bench/run_train_bench.sh sets it beside PyTorch's.
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <exception>
+#include <fstream>
+#include <map>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "engine/autograd/ops.h"
+#include "engine/backend/registry.h"
+#include "engine/core/allocator.h"
+#include "engine/core/random.h"
+#include "engine/nn/init.h"
+#include "engine/optim/optimizer.h"
+#include "models/registry.h"
+
+namespace {
+
+using tandem::Device;
+using tandem::ExecutionContext;
+using tandem::MemoryFormat;
+using tandem::Tensor;
+using Clock = std::chrono::steady_clock;
+namespace backend = tandem::backend;
+
+constexpr int64_t kBatch = 128, kClasses = 10, kSize = 28;
+
+struct Options {
+  int steps = 30, warmup = 5, threads = 0;  // threads 0: every core this process may use
+  std::vector<MemoryFormat> formats{MemoryFormat::kContiguous, MemoryFormat::kChannelsLast};
+  bool json = false, profile = false;
+};
+
+[[noreturn]] void usage(const char* why) {
+  std::fprintf(stderr,
+               "train_bench: %s\nusage: train_bench [--steps N] [--warmup N] [--threads N] "
+               "[--format nchw|nhwc|both] [--json] [--profile]\n",
+               why);
+  std::exit(2);
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage(("missing value after " + a).c_str());
+      return argv[++i];
+    };
+    auto count = [&](int min) {
+      std::string v = value();
+      char* end = nullptr;
+      long n = std::strtol(v.c_str(), &end, 10);
+      if (*end != '\0' || n < min) usage((a + " needs an integer >= " + std::to_string(min) + ", got " + v).c_str());
+      return static_cast<int>(n);
+    };
+    if (a == "--steps") o.steps = count(1);
+    else if (a == "--warmup") o.warmup = count(1);  // at least one: plans are made on the first step
+    else if (a == "--threads") o.threads = count(0);
+    else if (a == "--json") o.json = true;
+    else if (a == "--profile") o.profile = true;
+    else if (a == "--format") {
+      std::string f = value();
+      if (f == "nchw") o.formats = {MemoryFormat::kContiguous};
+      else if (f == "nhwc") o.formats = {MemoryFormat::kChannelsLast};
+      else if (f != "both") usage(("--format must be nchw, nhwc or both, got " + f).c_str());
+    } else {
+      usage(("unknown argument " + a).c_str());
+    }
+  }
+  return o;
+}
+
+// Per-kernel accounting: a copy of the CPU kernel table whose entries time the real ones and
+// tally the memory formats of their 4-D tensor arguments (to prove channels_last runs NHWC
+// throughout). The cost is two clock reads per kernel call, a few microseconds per step.
+struct KernelStats {
+  const char* name = "";
+  double seconds = 0;
+  int64_t calls = 0;
+  int64_t nchw_args = 0, nhwc_args = 0;  // 4-D activations (inputs and outputs) by format
+};
+std::vector<KernelStats> kernel_stats;
+backend::KernelTable real_kernels;
+
+template <auto Member>
+size_t slot_of = 0;
+
+template <typename Fn>
+struct Timed;
+template <typename... A>
+struct Timed<void (*)(A...)> {
+  template <auto Member>
+  static void call(A... a) {
+    KernelStats& s = kernel_stats[slot_of<Member>];
+    auto tally = [&s](const auto& arg) {
+      if constexpr (std::is_same_v<std::decay_t<decltype(arg)>, Tensor>) {
+        // Activations only: they lead with the batch; weights (K, C, R, S) stay contiguous by design.
+        if (arg.defined() && arg.rank() == 4 && arg.dim(0) == kBatch) {
+          ++(arg.format() == MemoryFormat::kChannelsLast ? s.nhwc_args : s.nchw_args);
+        }
+      }
+    };
+    auto start = Clock::now();
+    (real_kernels.*Member)(a...);
+    s.seconds += std::chrono::duration<double>(Clock::now() - start).count();
+    ++s.calls;
+    (tally(a), ...);  // after the call: outputs are filled in by then
+  }
+};
+
+template <auto Member>
+void wrap(backend::KernelTable& table, const char* name) {
+  if (!(table.*Member)) return;
+  slot_of<Member> = kernel_stats.size();
+  kernel_stats.push_back({.name = name});
+  using Fn = std::remove_reference_t<decltype(table.*Member)>;
+  table.*Member = &Timed<Fn>::template call<Member>;
+}
+
+// The one macro: it captures the entry's name for the report.
+#define TANDEM_TIME_KERNEL(entry) wrap<&backend::KernelTable::entry>(timed, #entry)
+
+void install_timed_kernels() {
+  static backend::KernelTable timed;
+  real_kernels = backend::kernels_for(tandem::DeviceType::kCpu);
+  timed = real_kernels;
+  TANDEM_TIME_KERNEL(conv2d_forward);
+  TANDEM_TIME_KERNEL(conv2d_backward_data);
+  TANDEM_TIME_KERNEL(conv2d_backward_weights);
+  TANDEM_TIME_KERNEL(batchnorm_forward_training);
+  TANDEM_TIME_KERNEL(batchnorm_backward);
+  TANDEM_TIME_KERNEL(relu_forward);
+  TANDEM_TIME_KERNEL(relu_backward);
+  TANDEM_TIME_KERNEL(linear_forward);
+  TANDEM_TIME_KERNEL(linear_backward_data);
+  TANDEM_TIME_KERNEL(linear_backward_weights);
+  TANDEM_TIME_KERNEL(add);
+  TANDEM_TIME_KERNEL(axpy);
+  TANDEM_TIME_KERNEL(fill);
+  TANDEM_TIME_KERNEL(sum);
+  TANDEM_TIME_KERNEL(softmax_cross_entropy_forward);
+  TANDEM_TIME_KERNEL(softmax_cross_entropy_backward);
+  TANDEM_TIME_KERNEL(sgd_update);
+  TANDEM_TIME_KERNEL(scale);
+  TANDEM_TIME_KERNEL(mul);
+  TANDEM_TIME_KERNEL(avg_pool2d_forward);
+  TANDEM_TIME_KERNEL(avg_pool2d_backward);
+  backend::register_kernels(tandem::DeviceType::kCpu, &timed);
+}
+
+void reset_kernel_stats() {
+  for (KernelStats& s : kernel_stats) s = {.name = s.name};
+}
+
+double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+// CPU seconds of the whole process (all threads): on a shared machine it says how much work a
+// step took where wall time also counts waiting for a core (OpenMP spin-waits count as work).
+double process_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+double percentile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  size_t i = static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
+}
+
+std::string load_average() {
+  std::ifstream f("/proc/loadavg");
+  std::string one, five, fifteen;
+  f >> one >> five >> fifteen;
+  return one + " " + five + " " + fifteen;
+}
+
+struct Result {
+  MemoryFormat format = MemoryFormat::kContiguous;
+  int threads = 0;
+  std::vector<double> step_s;
+  double wall_s = 0, cpu_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0;
+  double allocations_per_step = 0;
+  int64_t peak_bytes = 0;
+  double final_loss = 0;
+  std::string load;
+};
+
+Result run(const Options& o, MemoryFormat format) {
+  tandem::nn::init::manual_seed(1);
+  auto model = tandem::models::create_model({.name = "resnet20", .num_classes = kClasses, .in_channels = 1,
+                                             .input_size = kSize});
+  auto optimizer = tandem::optim::make_optimizer(model->named_parameters(), {.name = "sgd", .lr = 0.1f, .momentum = 0.9f});
+  ExecutionContext ctx(Device::cpu(), o.threads);
+
+  // Inputs and labels made once: the bench measures the step, not a data pipeline.
+  tandem::Generator g(7);
+  Tensor x = Tensor::empty({kBatch, 1, kSize, kSize});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = g.normal();
+  x = x.to_format(format);
+  Tensor labels = Tensor::empty({kBatch}, tandem::DType::kI64);
+  for (int64_t i = 0; i < kBatch; ++i) labels.data<int64_t>()[i] = static_cast<int64_t>(g.below(kClasses));
+
+  Result r;
+  r.format = format;
+  r.threads = ctx.num_threads();
+  auto step = [&](bool timed) {
+    auto t0 = Clock::now();
+    optimizer->zero_grad();
+    auto logits = model->forward(ctx, tandem::autograd::Variable(x));
+    auto loss = tandem::autograd::cross_entropy_loss(ctx, logits, labels, 0.0f, kBatch);
+    auto t1 = Clock::now();
+    loss.backward(&ctx);
+    auto t2 = Clock::now();
+    optimizer->step(ctx);
+    auto t3 = Clock::now();
+    if (!timed) return;
+    r.step_s.push_back(seconds(t0, t3));
+    r.forward_s += seconds(t0, t1);
+    r.backward_s += seconds(t1, t2);
+    r.optimizer_s += seconds(t2, t3);
+    r.final_loss = loss.value().to_vector()[0];
+  };
+  for (int i = 0; i < o.warmup; ++i) step(false);
+  reset_kernel_stats();
+  auto& allocator = tandem::allocator_for(Device::cpu());
+  int64_t before = allocator.stats().system_allocations;
+  auto start = Clock::now();
+  double cpu_start = process_cpu_seconds();
+  for (int i = 0; i < o.steps; ++i) step(true);
+  r.wall_s = seconds(start, Clock::now());
+  r.cpu_s = process_cpu_seconds() - cpu_start;
+  r.allocations_per_step = static_cast<double>(allocator.stats().system_allocations - before) / o.steps;
+  r.peak_bytes = allocator.stats().peak_bytes_in_use;
+  r.load = load_average();
+  return r;
+}
+
+const char* format_flag(MemoryFormat f) { return f == MemoryFormat::kChannelsLast ? "nhwc" : "nchw"; }
+
+void print_json(const Options& o, const Result& r) {
+  double n = static_cast<double>(o.steps);
+  std::printf("{\"engine\": \"tandem\", \"model\": \"resnet20\", \"format\": \"%s\", \"threads\": %d, \"batch\": %lld, "
+              "\"steps\": %d, \"warmup\": %d, \"images_per_sec\": %.2f, \"step_ms\": {\"p50\": %.3f, \"p95\": %.3f}, "
+              "\"cpu_ms_per_step\": %.3f, \"breakdown_ms\": {\"forward\": %.3f, \"backward\": %.3f, \"optimizer\": %.3f}, "
+              "\"system_allocations_per_step\": %.3f, \"peak_bytes_in_use\": %lld, \"final_loss\": %.5f, "
+              "\"load_average\": \"%s\"",
+              format_flag(r.format), r.threads, static_cast<long long>(kBatch), o.steps, o.warmup,
+              static_cast<double>(kBatch) * n / r.wall_s, 1e3 * percentile(r.step_s, 0.5),
+              1e3 * percentile(r.step_s, 0.95), 1e3 * r.cpu_s / n, 1e3 * r.forward_s / n, 1e3 * r.backward_s / n,
+              1e3 * r.optimizer_s / n, r.allocations_per_step, static_cast<long long>(r.peak_bytes), r.final_loss,
+              r.load.c_str());
+  std::printf(", \"kernels_ms\": {");
+  const char* sep = "";
+  for (const KernelStats& s : kernel_stats) {
+    if (s.calls == 0) continue;
+    std::printf("%s\"%s\": %.3f", sep, s.name, 1e3 * s.seconds / n);
+    sep = ", ";
+  }
+  std::printf("}}\n");
+}
+
+void print_text(const Options& o, const Result& r) {
+  double n = static_cast<double>(o.steps);
+  std::printf("resnet20 %s, batch %lld, %d threads, %d timed steps after %d warm-up (load average %s)\n",
+              format_flag(r.format), static_cast<long long>(kBatch), r.threads, o.steps, o.warmup, r.load.c_str());
+  std::printf("  images/s %.1f   step p50 %.1f ms  p95 %.1f ms   CPU %.1f ms/step   final loss %.4f\n",
+              static_cast<double>(kBatch) * n / r.wall_s, 1e3 * percentile(r.step_s, 0.5),
+              1e3 * percentile(r.step_s, 0.95), 1e3 * r.cpu_s / n, r.final_loss);
+  std::printf("  per step: forward+loss %.1f ms, backward %.1f ms, optimizer %.2f ms\n", 1e3 * r.forward_s / n,
+              1e3 * r.backward_s / n, 1e3 * r.optimizer_s / n);
+  std::printf("  system allocations per warm step %.2f, peak bytes in use %.1f MiB\n", r.allocations_per_step,
+              static_cast<double>(r.peak_bytes) / (1 << 20));
+  double kernel_total = 0;
+  for (const KernelStats& s : kernel_stats) kernel_total += s.seconds;
+  if (o.profile) {
+    std::vector<KernelStats> sorted = kernel_stats;
+    std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.seconds > b.seconds; });
+    std::printf("  %-32s %9s %7s %6s %14s\n", "kernel", "ms/step", "share", "calls", "4-D args nchw/nhwc");
+    for (const KernelStats& s : sorted) {
+      if (s.calls == 0) continue;
+      std::printf("  %-32s %9.2f %6.1f%% %6lld %7lld/%lld\n", s.name, 1e3 * s.seconds / n,
+                  100 * s.seconds / r.wall_s, static_cast<long long>(s.calls) / o.steps,
+                  static_cast<long long>(s.nchw_args) / o.steps, static_cast<long long>(s.nhwc_args) / o.steps);
+    }
+    double other = r.wall_s - kernel_total;
+    std::printf("  %-32s %9.2f %6.1f%%\n", "outside kernels (autograd, glue)", 1e3 * other / n, 100 * other / r.wall_s);
+  }
+}
+
+// In channels_last the whole network must run NHWC: a kernel that saw an NCHW 4-D tensor means
+// some op converted back (or produced the wrong format), which would cost reorders every step.
+bool check_layout(const Result& r) {
+  if (r.format != MemoryFormat::kChannelsLast) return true;
+  bool ok = true;
+  for (const KernelStats& s : kernel_stats) {
+    if (s.nchw_args == 0) continue;
+    std::fprintf(stderr, "train_bench: channels_last run: kernel %s saw %lld NCHW 4-D tensors per step\n", s.name,
+                 static_cast<long long>(s.nchw_args / std::max(1, static_cast<int>(r.step_s.size()))));
+    ok = false;
+  }
+  return ok;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o = parse(argc, argv);
+  install_timed_kernels();
+  bool layout_ok = true;
+  for (MemoryFormat f : o.formats) {
+    try {
+      Result r = run(o, f);
+      if (o.json) print_json(o, r);
+      else print_text(o, r);
+      layout_ok = check_layout(r) && layout_ok;
+    } catch (const std::exception& e) {
+      // A format the engine cannot train in is a finding to report, not a reason to skip the other.
+      std::fprintf(stderr, "train_bench: %s step failed: %s\n", format_flag(f), e.what());
+      layout_ok = false;
+    }
+    std::fflush(stdout);
+  }
+  return layout_ok ? 0 : 1;
+}
