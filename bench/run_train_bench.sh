@@ -6,7 +6,7 @@ set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${TRAIN_BENCH:-$root/build-bench/bench/train_bench}
-python=/usr/bin/python3  # Debian's python3-torch; a pyenv python3 on PATH has no torch
+python=${PYTHON:-/usr/bin/python3}  # Debian's python3-torch; a pyenv python3 on PATH has no torch
 rounds=3 steps=5 warmup=2 threads=0 formats="nchw nhwc"
 
 while [[ $# -gt 0 ]]; do
