@@ -118,6 +118,16 @@ void TFRecordWriter::write(std::string_view record) {
   ++records_;
 }
 
+void TFRecordWriter::flush() {
+  TANDEM_CHECK(fd_ >= 0, ErrorCode::kFailedPrecondition, "flush of {} after close", path_);
+  if (z_open_) {
+    zs_.next_in = nullptr;
+    zs_.avail_in = 0;
+    deflate_out(Z_SYNC_FLUSH);
+  }
+  flush_file();
+}
+
 void TFRecordWriter::close() {
   if (fd_ < 0) return;
   if (z_open_) {

@@ -27,6 +27,9 @@ class TFRecordWriter {
   TFRecordWriter& operator=(const TFRecordWriter&) = delete;
 
   void write(std::string_view record);
+  // Pushes every record written so far to the file (a sync flush of the compressor first), so
+  // a reader following the file (TensorBoard) sees them; the file stays open. Not an fsync.
+  void flush();
   // Flushes the compressor and the file and closes it; throws on an I/O error.
   void close();
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checks DESIGN.md's dependency direction on every project #include:
 # core < backend < autograd < nn < optim < distribute < train; data on core alone;
-# models on nn and below; tools on anything; nothing includes tools; CUDA code only in
+# models on nn and below; tools on anything; nothing includes tools but tools and its own
+# tests (tests/tools, which count as tools here); CUDA code only in
 # engine/backend/cuda. Prints each violation and exits 1 if there is any.
 set -uo pipefail
 root="${1:-$(dirname "$0")/../..}"
@@ -17,6 +18,7 @@ rank_of() {
 # The layer a path belongs to: an engine folder's name, or data/models/tools/tests/bench/third_party.
 layer_of() {
   case "$1" in
+    tests/tools/*) echo tools ;;
     engine/*) echo "$1" | cut -d/ -f2 ;;
     *) echo "$1" | cut -d/ -f1 ;;
   esac

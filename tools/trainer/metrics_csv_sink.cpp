@@ -1,0 +1,148 @@
+// MetricsCsvSink: a plain append-only file written with checked POSIX calls; rows are batched in
+// memory and written at flush points, so a step costs no system call.
+#include "tools/trainer/metrics_csv_sink.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <system_error>
+
+#include "engine/core/error.h"
+
+namespace tandem::tools {
+namespace {
+
+[[noreturn]] void throw_errno(std::string_view call, const std::filesystem::path& path, int err) {
+  ErrorCode code = err == ENOSPC || err == EDQUOT || err == EFBIG ? ErrorCode::kResourceExhausted
+                   : err == ENOENT || err == ENOTDIR             ? ErrorCode::kNotFound
+                   : err == EACCES || err == EPERM || err == EROFS ? ErrorCode::kFailedPrecondition
+                                                                   : ErrorCode::kUnavailable;
+  throw_error(code, "{} '{}' failed: {} (errno {})", call, path.string(), std::system_category().message(err), err);
+}
+
+void write_all(int fd, std::string_view bytes, const std::filesystem::path& path) {
+  while (!bytes.empty()) {
+    ssize_t n = ::write(fd, bytes.data(), bytes.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw_errno("write", path, errno);
+    bytes.remove_prefix(static_cast<size_t>(n));
+  }
+}
+
+// The first line of the file, at most the header's length plus one byte; "" when empty.
+std::string first_line(int fd, const std::filesystem::path& path) {
+  std::string line(kMetricsCsvHeader.size() + 1, '\0');
+  ssize_t n;
+  do {
+    n = ::pread(fd, line.data(), line.size(), 0);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) throw_errno("read", path, errno);
+  line.resize(static_cast<size_t>(n));
+  return line.substr(0, line.find('\n'));
+}
+
+bool ends_with_newline(int fd, const std::filesystem::path& path) {
+  off_t size = ::lseek(fd, 0, SEEK_END);
+  if (size < 0) throw_errno("lseek", path, errno);
+  char last = '\n';
+  ssize_t n;
+  do {
+    n = size > 0 ? ::pread(fd, &last, 1, size - 1) : 0;
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) throw_errno("read", path, errno);
+  return last == '\n';
+}
+
+std::string csv_field(std::string_view text) {
+  if (text.find_first_of(",\"\r\n") == std::string_view::npos) return std::string(text);
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + '"';
+}
+
+}  // namespace
+
+std::string metrics_csv_row(double wall_time, int64_t step, std::string_view tag, double value) {
+  // Milliseconds are plenty for a wall clock; fmt's "{}" is the shortest exact form of a double.
+  return fmt::format("{:.3f},{},{},{}\n", wall_time, step, csv_field(tag), value);
+}
+
+MetricsCsvSink::MetricsCsvSink(const std::filesystem::path& run_dir, double flush_every_s)
+    : path_(run_dir / "metrics.csv"),
+      flush_every_(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+          std::chrono::duration<double>(flush_every_s))),
+      last_flush_(std::chrono::steady_clock::now()) {
+  TANDEM_CHECK(flush_every_s >= 0, ErrorCode::kInvalidArgument, "MetricsCsvSink: flush interval {} s is negative",
+               flush_every_s);
+  do {
+    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  } while (fd_ < 0 && errno == EINTR);
+  if (fd_ < 0) throw_errno("open for appending", path_, errno);
+  std::string line = first_line(fd_, path_);
+  if (line.empty()) {
+    write_all(fd_, fmt::format("{}\n", kMetricsCsvHeader), path_);
+  } else if (line == kMetricsCsvHeader) {
+    // A run killed mid-write leaves a partial last row; end it so the next row starts a line.
+    if (!ends_with_newline(fd_, path_)) write_all(fd_, "\n", path_);
+  } else if (line != kMetricsCsvHeader) {
+    ::close(fd_);
+    fd_ = -1;
+    throw_error(ErrorCode::kFailedPrecondition,
+                "'{}' exists and does not start with the header '{}' (it starts '{}'); give the run another "
+                "directory (--run-dir) or move the file away",
+                path_.string(), kMetricsCsvHeader, line.substr(0, 80));
+  }
+}
+
+MetricsCsvSink::~MetricsCsvSink() {
+  try {
+    close();
+  } catch (const Error& e) {
+    spdlog::error("closing {}: {}", path_.string(), e.what());
+  }
+}
+
+void MetricsCsvSink::scalar(const std::string& tag, double value, int64_t step) {
+  double wall_time = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  std::lock_guard lock(mutex_);
+  TANDEM_CHECK(fd_ >= 0, ErrorCode::kFailedPrecondition, "'{}' is closed", path_.string());
+  pending_ += metrics_csv_row(wall_time, step, tag, value);
+  if (std::chrono::steady_clock::now() - last_flush_ >= flush_every_) flush_locked();
+}
+
+void MetricsCsvSink::flush() {
+  std::lock_guard lock(mutex_);
+  TANDEM_CHECK(fd_ >= 0, ErrorCode::kFailedPrecondition, "'{}' is closed", path_.string());
+  flush_locked();
+}
+
+void MetricsCsvSink::flush_locked() {
+  // Cleared before the write: a failed row is reported once, not written again at every flush.
+  std::string rows = std::move(pending_);
+  pending_.clear();
+  last_flush_ = std::chrono::steady_clock::now();
+  write_all(fd_, rows, path_);
+}
+
+void MetricsCsvSink::close() {
+  std::lock_guard lock(mutex_);
+  if (fd_ < 0) return;
+  int fd = fd_;
+  try {
+    flush_locked();
+  } catch (...) {
+    fd_ = -1;
+    ::close(fd);
+    throw;
+  }
+  fd_ = -1;
+  if (::close(fd) != 0 && errno != EINTR) throw_errno("close", path_, errno);
+}
+
+}  // namespace tandem::tools

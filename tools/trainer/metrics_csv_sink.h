@@ -1,0 +1,51 @@
+// MetricsCsvSink: every scalar of a run as one row of RUN_DIR/metrics.csv, in long format
+// (wall_time,step,tag,value) because the tags vary by run: models, eval settings and future
+// metrics add tags, and a wide header fixed by the first row would have no column for them.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+#include "engine/train/metrics.h"
+
+namespace tandem::tools {
+
+inline constexpr std::string_view kMetricsCsvHeader = "wall_time,step,tag,value";
+
+class MetricsCsvSink final : public train::MetricsSink {
+ public:
+  // Opens run_dir/metrics.csv for appending: a resumed run adds rows under the ones it already
+  // has. A new or empty file gets the header; an existing file with another first line is a
+  // FailedPrecondition (it is not ours to append to). Rows reach the file at flush() and at
+  // least every flush_every_s seconds while scalars come.
+  explicit MetricsCsvSink(const std::filesystem::path& run_dir, double flush_every_s = 2.0);
+  ~MetricsCsvSink() override;  // flushes and closes; an error there is logged, never thrown
+  MetricsCsvSink(const MetricsCsvSink&) = delete;
+  MetricsCsvSink& operator=(const MetricsCsvSink&) = delete;
+
+  void scalar(const std::string& tag, double value, int64_t step) override;
+  void flush() override;
+  void close();  // flushes and closes, reporting any error
+
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  void flush_locked();
+
+  std::filesystem::path path_;
+  int fd_ = -1;
+  std::string pending_;  // rows not yet written
+  std::chrono::steady_clock::duration flush_every_;
+  std::chrono::steady_clock::time_point last_flush_;
+  std::mutex mutex_;
+};
+
+// One CSV row (with its newline): the tag quoted as RFC 4180 says when it holds a comma, a quote
+// or a line break; numbers in the shortest form that reads back to the same double.
+std::string metrics_csv_row(double wall_time, int64_t step, std::string_view tag, double value);
+
+}  // namespace tandem::tools
