@@ -1,4 +1,5 @@
-// The `trainer` binary: one entry point with verbs (doctor, inspect, convert, ...).
+// The `trainer` binary: `trainer --config FILE` trains; verbs (doctor, inspect, convert, eval,
+// bench-input, ...) do the rest.
 // This is the only place that catches tandem::Error, prints it and picks the exit code:
 // 0 success, 1 a failure the message explains, 2 a usage error.
 #include <CLI/CLI.hpp>
@@ -11,13 +12,15 @@
 
 int main(int argc, char** argv) {
   CLI::App app{"Tandem: mirrored data-parallel training on 1 to 8 GPUs (or the CPU)", "trainer"};
-  app.require_subcommand(1);
+  app.require_subcommand(0, 1);
   int exit_code = 0;
   tandem::tools::add_version_verb(app, exit_code);
   tandem::tools::add_doctor_verb(app, exit_code);
   tandem::tools::add_inspect_verb(app, exit_code);
   tandem::tools::add_convert_verb(app, exit_code);
   tandem::tools::add_bench_input_verb(app, exit_code);
+  tandem::tools::add_eval_verb(app, exit_code);
+  tandem::tools::add_train_verb(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,72 @@
+#include "tools/trainer/prepare_data.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <filesystem>
+
+#include "data/convert/convert.h"
+#include "data/pipeline/replica_pipeline.h"
+
+namespace tandem::tools {
+namespace {
+
+bool files_exist(const std::vector<std::string>& patterns) {
+  try {
+    return !data::resolve_files(patterns).empty();
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::kNotFound) return false;
+    throw;
+  }
+}
+
+// Where Debian's dataset packages put the IDX files.
+std::string idx_folder(const std::string& source) {
+  return source == "fashion-mnist" ? "/usr/share/datasets/fashion-mnist" : "/usr/share/datasets/mnist";
+}
+
+void convert_split(const std::string& folder, const std::string& idx_prefix, const std::string& output_dir,
+                   const std::string& prefix, uint64_t seed) {
+  std::string images = folder + "/" + idx_prefix + "-images-idx3-ubyte.gz";
+  std::string labels = folder + "/" + idx_prefix + "-labels-idx1-ubyte.gz";
+  auto source = data::open_idx_source(images, labels);
+  data::ConvertOptions options;
+  options.output_dir = output_dir;
+  options.prefix = prefix;
+  options.seed = seed;
+  options.min_shards = 2;  // at least one shard per core of our 2-core machines
+  auto start = std::chrono::steady_clock::now();
+  data::ConvertSummary summary = data::convert(*source, options);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  spdlog::info("prepare: wrote {} records in {} shards ({:.1f} MB) to {}/{}-*.tfrecord in {:.1f} s", summary.records,
+               summary.shards.size(), static_cast<double>(summary.bytes) / 1e6, output_dir, prefix, seconds);
+}
+
+}  // namespace
+
+void ensure_data(const RunConfig& config) {
+  bool train_ok = files_exist(config.data.files);
+  bool eval_ok = !config.eval_data || files_exist(config.eval_data->files);
+  if (train_ok && eval_ok) return;
+  const train::PrepareConfig& prepare = config.train.prepare;
+  const std::vector<std::string>& missing = train_ok ? config.eval_data->files : config.data.files;
+  TANDEM_CHECK(prepare.source != "none", ErrorCode::kNotFound,
+               "no TFRecord file matches {}. Make them with `trainer convert` (see docs/TFRECORD.md), for example: "
+               "trainer convert --source idx --images IMAGES.gz --labels LABELS.gz --output DIR --prefix train; or set "
+               "prepare.source in the config",
+               fmt::join(missing, ", "));
+  std::string folder = idx_folder(prepare.source);
+  TANDEM_CHECK(std::filesystem::exists(folder), ErrorCode::kNotFound,
+               "prepare.source {} needs the IDX files in {}: install them with `apt-get install dataset-{}`",
+               prepare.source, folder, prepare.source);
+  TANDEM_CHECK(!prepare.output_dir.empty(), ErrorCode::kInvalidArgument,
+               "prepare.output_dir: required with prepare.source (the folder data.files points into)");
+  spdlog::info("prepare: the TFRecords are missing; converting {} from {} once", prepare.source, folder);
+  convert_split(folder, "train", prepare.output_dir, "train", config.train.seed);
+  convert_split(folder, "t10k", prepare.output_dir, "test", config.train.seed);
+  TANDEM_CHECK(files_exist(config.data.files), ErrorCode::kNotFound,
+               "prepare wrote {}/train-*.tfrecord but data.files ({}) still matches nothing: point it there",
+               prepare.output_dir, fmt::join(config.data.files, ", "));
+}
+
+}  // namespace tandem::tools

@@ -1,0 +1,24 @@
+// The whole config file of a run: the training sections (engine/train) and the data sections
+// (data/pipeline) read in one strict walk, so an unknown top-level key is an error too.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "data/pipeline/pipeline_config.h"
+#include "engine/train/config.h"
+
+namespace tandem::tools {
+
+struct RunConfig {
+  std::string path;
+  train::TrainConfig train;
+  data::PipelineConfig data;                     // the training split
+  std::optional<data::PipelineConfig> eval_data; // the evaluation split, when given
+  std::string resolved_yaml;                     // the document after --set overrides
+};
+
+RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides);
+
+}  // namespace tandem::tools

@@ -1,0 +1,74 @@
+#include "tools/trainer/train_setup.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "data/pipeline/replica_pipeline.h"
+#include "engine/backend/doctor/doctor.h"
+#include "models/registry.h"
+#include "tools/trainer/pipeline_source.h"
+
+namespace tandem::tools {
+
+distribute::ReplicaPlan plan_for(const train::TrainConfig& c) {
+  distribute::ReplicaPlanRequest request;
+  request.device = c.device.device;
+  request.devices = c.device.devices;
+  request.global_batch_size = c.loop.global_batch_size;
+  request.per_replica_batch_size = c.loop.per_replica_batch_size;
+  if (c.device.device != "cpu" && !c.device.devices.starts_with("cpu:")) {
+    backend::DoctorOptions options;
+    options.probe_plugin = true;
+    options.required_device = c.device.device;
+    backend::DoctorReport report = backend::run_doctor(options);
+    request.visible_gpus = report.plugin_loaded ? static_cast<int>(report.gpus.size()) : 0;
+    for (const auto& cause : report.causes) {
+      if (cause.severity != backend::Severity::kWarning) {
+        request.why_no_gpu = cause.summary + "; fix: " + cause.fix;
+        break;
+      }
+    }
+  }
+  return distribute::plan_replicas(request);
+}
+
+std::vector<std::unique_ptr<train::BatchSource>> make_sources(data::PipelineConfig config,
+                                                              const distribute::ReplicaPlan& plan,
+                                                              const train::TrainConfig& train, bool for_eval,
+                                                              int64_t* steps_per_epoch) {
+  config.batch_size = plan.per_replica_batch_size;
+  config.image.augment.layout = train.model.channels_last ? data::ImageLayout::kNHWC : data::ImageLayout::kNCHW;
+  if (config.seed == 0) config.seed = train.seed;
+  if (for_eval) config.drop_remainder = false;  // every evaluation example counts
+  data::ReplicaPipelines pipelines = data::build_replica_pipelines(config, plan.replicas());
+  std::vector<std::unique_ptr<train::BatchSource>> sources;
+  int64_t fewest = INT64_MAX;
+  for (int r = 0; r < plan.replicas(); ++r) {
+    sources.push_back(std::make_unique<PipelineBatchSource>(pipelines.datasets[static_cast<size_t>(r)],
+                                                            train.model.channels_last, pipelines.budget));
+    fewest = std::min(fewest, pipelines.plan.replicas[static_cast<size_t>(r)].expected_records);
+  }
+  if (steps_per_epoch != nullptr && fewest >= 0 && fewest != INT64_MAX) {
+    *steps_per_epoch = fewest / plan.per_replica_batch_size;
+  }
+  return sources;
+}
+
+train::TrainerSetup make_trainer_setup(const RunConfig& rc, const distribute::ReplicaPlan& plan,
+                                       const std::filesystem::path& run_dir) {
+  const train::TrainConfig& c = rc.train;
+  train::TrainerSetup setup;
+  setup.config = c;
+  setup.plan = plan;
+  models::ModelSpec spec{c.model.name, c.model.num_classes, c.model.in_channels, c.model.input_size, c.model.hidden};
+  setup.make_model = [spec] { return models::create_model(spec); };
+  setup.train_sources = make_sources(rc.data, setup.plan, c, false, &setup.steps_per_epoch);
+  if (rc.eval_data) setup.eval_sources = make_sources(*rc.eval_data, setup.plan, c, true, nullptr);
+  setup.run_dir = run_dir;
+  setup.resolved_config = rc.resolved_yaml;
+  setup.terminal = train::stderr_is_terminal();
+  return setup;
+}
+
+}  // namespace tandem::tools

@@ -1,0 +1,79 @@
+// `trainer --config FILE [--set key.path=value]... [--run-dir DIR]`: the main job. Reads the
+// config strictly, prepares missing data when the config says how, checks the devices, then
+// trains and leaves the resolved config, metrics, events, checkpoints and run_summary.json.
+#include <spdlog/spdlog.h>
+
+#include <fstream>
+
+#include "tools/trainer/metrics_csv_sink.h"
+#include "tools/trainer/prepare_data.h"
+#include "tools/trainer/run_outputs.h"
+#include "tools/trainer/tensorboard_sink.h"
+#include "tools/trainer/train_setup.h"
+#include "tools/trainer/verbs.h"
+
+namespace tandem::tools {
+namespace {
+
+struct TrainArgs {
+  std::string config;
+  std::vector<std::string> overrides;
+  std::string run_dir;
+};
+
+void write_text(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  TANDEM_CHECK(out.good(), ErrorCode::kInternal, "cannot write {}", path.string());
+}
+
+void print_summary(const train::RunSummary& s, const std::filesystem::path& run_dir) {
+  spdlog::info("done: {} steps in {} epochs, {:.1f} images/s (after warm-up), step time p50 {:.1f} ms, p95 {:.1f} ms",
+               s.steps, s.epochs, s.images_per_sec, s.step_time_p50_ms, s.step_time_p95_ms);
+  spdlog::info("step time: {}", s.breakdown.describe(s.timed_steps));
+  for (const auto& [name, value] : s.final_metrics) spdlog::info("final {}: {:.4f}", name, value);
+  spdlog::info("outputs in {}", run_dir.string());
+}
+
+int run_training(const TrainArgs& args) {
+  RunConfig config = load_run_config(args.config, args.overrides);
+  distribute::ReplicaPlan plan = plan_for(config.train);
+  spdlog::info("{} (a single run: neither weak nor strong scaling)", plan.describe());
+  if (!plan.fallback_warning.empty()) spdlog::warn("{}", plan.fallback_warning);
+  std::filesystem::path run_dir =
+      make_run_dir(config.path, args.run_dir.empty() ? config.train.output.run_dir : args.run_dir);
+  write_text(run_dir / "config.yaml", config.resolved_yaml + "\n");
+  ensure_data(config);
+  train::TrainerSetup setup = make_trainer_setup(config, plan, run_dir);
+  std::unique_ptr<TensorBoardSink> events;
+  std::unique_ptr<MetricsCsvSink> csv;
+  if (config.train.output.tensorboard) setup.sinks.push_back((events = std::make_unique<TensorBoardSink>(run_dir)).get());
+  if (config.train.output.metrics_csv) setup.sinks.push_back((csv = std::make_unique<MetricsCsvSink>(run_dir)).get());
+  auto start = std::chrono::steady_clock::now();
+  train::Trainer trainer(std::move(setup));
+  train::RunSummary summary = trainer.run();
+  summary.wall_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  write_run_summary(run_dir / "run_summary.json", summary);
+  print_summary(summary, run_dir);
+  return 0;
+}
+
+}  // namespace
+
+void add_train_verb(CLI::App& app, int& exit_code) {
+  auto args = std::make_shared<TrainArgs>();
+  app.add_option("--config", args->config, "Train from this YAML config (see docs/CONFIG.md)");
+  app.add_option("--set", args->overrides, "Override a config key: --set optimizer.lr=0.05 (repeatable)");
+  app.add_option("--run-dir", args->run_dir, "Run directory (default: runs/<config name>-<time>)");
+  app.callback([&app, &exit_code, args] {
+    if (!app.get_subcommands().empty()) return;  // a verb ran instead
+    if (args->config.empty()) {
+      std::fputs(app.help().c_str(), stderr);
+      exit_code = 2;
+      return;
+    }
+    exit_code = run_training(*args);
+  });
+}
+
+}  // namespace tandem::tools
