@@ -1,0 +1,135 @@
+// The checks of `trainer doctor --config`: the replica plan (or the error that stops the run) and
+// the data layout against the seed's advice. Pure where it can be: tests feed sizes and plan
+// functions instead of big files and GPUs.
+#include "tools/trainer/doctor_config.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <set>
+
+#include "data/pipeline/replica_pipeline.h"
+#include "engine/core/error.h"
+
+namespace tandem::tools {
+namespace {
+
+using backend::Cause;
+using backend::Severity;
+
+std::string mb(uint64_t bytes) { return fmt::format("{:.1f} MB", static_cast<double>(bytes) / 1e6); }
+
+// "a.tfrecord (23.5 MB), b.tfrecord (12.0 MB) and 3 more": which shards, without flooding the screen.
+std::string list_files(const std::vector<const data::ShardFile*>& files) {
+  std::string out;
+  constexpr size_t kShown = 4;
+  for (size_t i = 0; i < files.size() && i < kShown; ++i) {
+    out += fmt::format("{}{} ({})", i == 0 ? "" : ", ", std::filesystem::path(files[i]->path).filename().string(),
+                       mb(files[i]->bytes));
+  }
+  if (files.size() > kShown) out += fmt::format(" and {} more", files.size() - kShown);
+  return out;
+}
+
+std::string plan_fix(const Error& e) {
+  if (e.code() == ErrorCode::kUnavailable) {
+    return "fix the GPU cause the doctor names above, or set device: auto (falls back to the CPU) or device: cpu";
+  }
+  return "pick a train.global_batch_size that the replica count divides (the message names the nearest), "
+         "or give train.per_replica_batch_size, or change devices";
+}
+
+}  // namespace
+
+PlanCheck check_plan(const train::TrainConfig& config, const PlanFn& plan_fn) {
+  PlanCheck out;
+  out.device = config.device.device;
+  out.devices = config.device.devices;
+  try {
+    out.plan = plan_fn(config);
+    out.ok = true;
+    if (!out.plan.fallback_warning.empty()) {
+      out.causes.push_back({Severity::kNoGpu, out.plan.fallback_warning,
+                            "see the causes above; set device: cpu to silence this, device: cuda to refuse it"});
+    }
+  } catch (const Error& e) {
+    // Whatever stops plan_for stops the run: the batch arithmetic, a missing GPU, a bad device list.
+    out.not_ready = true;
+    out.causes.push_back({Severity::kError, e.what(), plan_fix(e)});
+  }
+  return out;
+}
+
+std::vector<Cause> check_data_layout(const std::vector<data::ShardFile>& files, int cores, int gpus) {
+  std::vector<Cause> causes;
+  if (files.empty()) return causes;
+  int needed = std::max(cores, 1) * std::max(gpus, 1);
+  uint64_t total = 0;
+  for (const auto& f : files) total += f.bytes;
+  if (static_cast<int>(files.size()) < needed) {
+    uint64_t size = std::max<uint64_t>(total / static_cast<uint64_t>(needed), 1'000'000);
+    causes.push_back({Severity::kWarning,
+                      fmt::format("{} TFRecord file{} for {} core{} x {} GPU{}: the advice is at least {} shards, so "
+                                  "every parallel reader and every replica streams a file of its own",
+                                  files.size(), files.size() == 1 ? "" : "s", cores, cores == 1 ? "" : "s",
+                                  std::max(gpus, 1), gpus == 1 ? "" : "s", needed),
+                      fmt::format("re-shard into at least {} files: trainer convert --shard-size {}MB", needed,
+                                  size / 1'000'000)});
+  }
+  std::vector<const data::ShardFile*> small, large;
+  for (const auto& f : files) {
+    if (f.bytes < kMinShardBytes) small.push_back(&f);
+    if (f.bytes > kMaxShardBytes) large.push_back(&f);
+  }
+  if (!small.empty()) {
+    causes.push_back({Severity::kWarning,
+                      fmt::format("{} of {} shards under 100 MB: {} (many small files mean many opens and short "
+                                  "reads)", small.size(), files.size(), list_files(small)),
+                      "trainer convert --shard-size 200MB (aim for 100-500 MB; for a data set this small, "
+                      "data.cache: true matters more)"});
+  }
+  if (!large.empty()) {
+    causes.push_back({Severity::kWarning,
+                      fmt::format("{} of {} shards over 500 MB: {} (too few files to spread over readers and "
+                                  "replicas, coarse shuffling)", large.size(), files.size(), list_files(large)),
+                      "trainer convert --shard-size 200MB (aim for 100-500 MB)"});
+  }
+  return causes;
+}
+
+ConfigCheck check_config(const std::string& path, const train::TrainConfig& train,
+                         const std::vector<std::string>& patterns, int cores, int gpus, const PlanFn& plan_fn) {
+  ConfigCheck out;
+  out.path = path;
+  out.patterns = patterns;
+  out.plan = check_plan(train, plan_fn);
+  out.causes = out.plan.causes;
+  std::vector<std::string> paths;
+  try {
+    paths = data::resolve_files(patterns);
+  } catch (const Error& e) {
+    out.causes.push_back({Severity::kWarning, e.what(),
+                          "check data.files; `trainer --config FILE` makes the files first when the config has "
+                          "a prepare section"});
+    return out;
+  }
+  out.files = data::describe_files(paths, false);
+  for (Cause& c : check_data_layout(out.files, cores, gpus)) out.causes.push_back(std::move(c));
+  std::set<std::string> dirs;  // one probe per folder: files of one folder share a device
+  for (const auto& p : paths) dirs.insert(std::filesystem::path(p).parent_path().string());
+  for (const auto& dir : dirs) {
+    std::string probe = dir.empty() ? "." : dir;
+    out.storage.push_back(probe_storage(probe));
+    for (Cause& c : check_storage(out.storage.back(), probe)) out.causes.push_back(std::move(c));
+  }
+  return out;
+}
+
+void apply_to_verdict(const ConfigCheck& check, backend::DoctorReport& report) {
+  if (!check.plan.not_ready || report.verdict == backend::Verdict::kNotReady) return;
+  report.verdict = backend::Verdict::kNotReady;
+  report.verdict_line = "not ready: " + check.plan.causes.front().summary;
+}
+
+}  // namespace tandem::tools

@@ -1,0 +1,71 @@
+// `trainer doctor --config FILE`: what a config's run would use (devices, replicas, batches) or
+// why it cannot start, and its data layout against the seed's advice (shard count, shard sizes,
+// rotational or network storage). Small pure checks, so tests feed sizes instead of 100 MB files.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "data/pipeline/sharding.h"
+#include "engine/backend/doctor/doctor.h"
+#include "engine/distribute/replica_plan.h"
+#include "engine/train/config.h"
+
+namespace tandem::tools {
+
+inline constexpr uint64_t kMinShardBytes = 100'000'000;  // the seed's advice: 100-500 MB shards
+inline constexpr uint64_t kMaxShardBytes = 500'000'000;
+
+// Where files live: a spinning disk or a network file system starves the input pipeline.
+struct StorageInfo {
+  std::optional<bool> rotational;  // unset when no block device answers (tmpfs, overlay, NFS)
+  bool network = false;            // NFS, CIFS/SMB, FUSE, 9P, ...
+  std::string filesystem;          // "ext4-like (0xef53)", "nfs", ...
+  std::string detail;              // how the answer was found, or why there is none
+};
+
+// What the config's run would use, or the error that stops it.
+struct PlanCheck {
+  bool ok = false;
+  std::string device, devices;         // as configured
+  distribute::ReplicaPlan plan;        // valid when ok
+  std::vector<backend::Cause> causes;  // the plan error (kError), or the fallback (kWarning)
+  bool not_ready = false;              // the run would not start
+};
+
+struct ConfigCheck {
+  std::string path;
+  PlanCheck plan;
+  std::vector<std::string> patterns;  // data.files
+  std::vector<data::ShardFile> files;
+  std::vector<StorageInfo> storage;    // one per distinct file system of the files
+  std::vector<backend::Cause> causes;  // plan causes, then data causes
+};
+
+using PlanFn = std::function<distribute::ReplicaPlan(const train::TrainConfig&)>;
+
+// Runs plan_fn (plan_for in the trainer) and turns a tandem::Error into a cause.
+PlanCheck check_plan(const train::TrainConfig& config, const PlanFn& plan_fn);
+
+// Shard count against cores x GPUs, and sizes against 100-500 MB; warnings with fixes.
+std::vector<backend::Cause> check_data_layout(const std::vector<data::ShardFile>& files, int cores, int gpus);
+
+// stat()/statfs() of an existing path; never throws (a failed probe says so in detail).
+StorageInfo probe_storage(const std::string& path);
+std::vector<backend::Cause> check_storage(const StorageInfo& storage, const std::string& path);
+
+// Everything above for a loaded config; gpus from the doctor's report.
+ConfigCheck check_config(const std::string& path, const train::TrainConfig& train,
+                         const std::vector<std::string>& patterns, int cores, int gpus, const PlanFn& plan_fn);
+
+// Marks the doctor's verdict "not ready" when the config's run cannot start.
+void apply_to_verdict(const ConfigCheck& check, backend::DoctorReport& report);
+
+std::string render_config_text(const ConfigCheck& check);
+// The "config" object merged into render_json's document.
+std::string render_json_with_config(const backend::DoctorReport& report, const ConfigCheck& check);
+
+}  // namespace tandem::tools
