@@ -11,7 +11,7 @@ namespace {
 
 std::string_view severity_name(backend::Severity s) {
   switch (s) {
-    case backend::Severity::kNoGpu: return "no gpu";
+    case backend::Severity::kNoGpu: return "no_gpu";
     case backend::Severity::kError: return "error";
     case backend::Severity::kWarning: return "warning";
   }
