@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   tandem::tools::add_convert_verb(app, exit_code);
   tandem::tools::add_bench_input_verb(app, exit_code);
   tandem::tools::add_eval_verb(app, exit_code);
+  tandem::tools::add_scaling_verb(app, exit_code);
   tandem::tools::add_train_verb(app, exit_code);
   try {
     app.parse(argc, argv);
