@@ -1,9 +1,10 @@
-// The YAML reader of PipelineConfig: a small walker that knows each mapping's keys, so
+// The YAML reader of PipelineConfig: key tables for the strict walker of engine/core, so
 // unknown keys, wrong types and bad values name the key path and line.
 #include "data/pipeline/pipeline_config.h"
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -11,27 +12,15 @@
 
 #include "engine/core/error.h"
 #include "engine/core/suggest.h"
+#include "engine/core/yaml_walk.h"
 
 namespace tandem::data {
 namespace {
 
-using Handler = std::function<void(const YAML::Node&, const std::string& path)>;
-
-std::string where(const YAML::Node& node, const std::string& path) {
-  return fmt::format("{} (line {})", path, node.Mark().line + 1);
-}
-
-template <typename T>
-T scalar(const YAML::Node& node, const std::string& path, std::string_view what) {
-  TANDEM_CHECK(node.IsScalar(), ErrorCode::kInvalidArgument, "{}: expected {}", where(node, path), what);
-  try {
-    return node.as<T>();
-  } catch (const YAML::Exception&) {
-    throw_error(ErrorCode::kInvalidArgument, "{}: expected {}, got '{}'", where(node, path), what, node.Scalar());
-  }
-}
-
-bool as_bool(const YAML::Node& n, const std::string& p) { return scalar<bool>(n, p, "true or false"); }
+using yaml::as_bool;
+using yaml::scalar;
+using yaml::walk;
+using yaml::where;
 
 int64_t as_count(const YAML::Node& n, const std::string& p, int64_t min) {
   if (n.IsScalar() && n.Scalar() == "autotune") return kAutotune;
@@ -40,44 +29,20 @@ int64_t as_count(const YAML::Node& n, const std::string& p, int64_t min) {
   return v;
 }
 
-int64_t as_int(const YAML::Node& n, const std::string& p, int64_t min) {
-  auto v = scalar<int64_t>(n, p, "an integer");
-  TANDEM_CHECK(v >= min, ErrorCode::kInvalidArgument, "{}: must be >= {}, got {}", where(n, p), min, v);
-  return v;
-}
+int64_t as_int(const YAML::Node& n, const std::string& p, int64_t min) { return yaml::as_int(n, p, min); }
 
-// Runs a parse function and re-throws its error with the key path and line in front.
 template <typename F>
 auto with_path(const YAML::Node& n, const std::string& p, F parse) {
-  try {
-    return parse(scalar<std::string>(n, p, "a string"));
-  } catch (const Error& e) {
-    throw Error(e.code(), fmt::format("{}: {}", where(n, p), e.what()));
-  }
+  return yaml::parse_with(n, p, parse);
 }
 
 std::vector<float> floats(const YAML::Node& n, const std::string& p, size_t count) {
-  TANDEM_CHECK(n.IsSequence() && n.size() == count, ErrorCode::kInvalidArgument, "{}: expected a list of {} numbers",
-               where(n, p), count);
   std::vector<float> out;
-  for (size_t i = 0; i < count; ++i) out.push_back(scalar<float>(n[i], fmt::format("{}[{}]", p, i), "a number"));
+  for (double v : yaml::as_numbers(n, p, count)) out.push_back(static_cast<float>(v));
   return out;
 }
 
-void walk(const YAML::Node& node, const std::string& path, const std::map<std::string, Handler>& keys) {
-  TANDEM_CHECK(node.IsMap(), ErrorCode::kInvalidArgument, "{}: expected a mapping of keys", where(node, path));
-  std::vector<std::string> known;
-  for (const auto& [k, h] : keys) known.push_back(k);
-  for (const auto& item : node) {
-    auto key = item.first.as<std::string>();
-    auto it = keys.find(key);
-    TANDEM_CHECK(it != keys.end(), ErrorCode::kInvalidArgument, "{}: unknown key{}",
-                 where(item.first, path + "." + key), did_you_mean(key, known));
-    it->second(item.second, path + "." + key);
-  }
-}
-
-std::map<std::string, Handler> augment_keys(AugmentOptions& a) {
+yaml::Keys augment_keys(AugmentOptions& a) {
   return {
       {"random_resized_crop", [&](auto& n, auto& p) { a.random_resized_crop = as_bool(n, p); }},
       {"scale", [&](auto& n, auto& p) {
@@ -95,7 +60,7 @@ std::map<std::string, Handler> augment_keys(AugmentOptions& a) {
   };
 }
 
-std::map<std::string, Handler> image_keys(ImageMapOptions& im) {
+yaml::Keys image_keys(ImageMapOptions& im) {
   AugmentOptions& a = im.augment;
   return {
       {"key", [&](auto& n, auto& p) { im.image_key = scalar<std::string>(n, p, "a feature name"); }},
@@ -116,7 +81,7 @@ std::map<std::string, Handler> image_keys(ImageMapOptions& im) {
   };
 }
 
-std::map<std::string, Handler> data_keys(PipelineConfig& c) {
+yaml::Keys data_keys(PipelineConfig& c) {
   return {
       {"files", [&](auto& n, auto& p) {
          c.files.clear();
@@ -140,6 +105,7 @@ std::map<std::string, Handler> data_keys(PipelineConfig& c) {
       {"num_parallel_calls", [&](auto& n, auto& p) { c.num_parallel_calls = as_count(n, p, 1); }},
       {"cache", [&](auto& n, auto& p) { c.cache = as_bool(n, p); }},
       {"batch_size", [&](auto& n, auto& p) { c.batch_size = as_int(n, p, 1); }},
+      {"global_batch_size", [&](auto& n, auto& p) { c.global_batch_size = as_int(n, p, 1); }},
       {"drop_remainder", [&](auto& n, auto& p) { c.drop_remainder = as_bool(n, p); }},
       {"prefetch", [&](auto& n, auto& p) { c.prefetch = as_count(n, p, 0); }},
       {"image", [&](auto& n, auto& p) { walk(n, p, image_keys(c.image)); }},
@@ -158,11 +124,28 @@ PipelineConfig parse_pipeline_config(const std::string& yaml_text, const std::st
     throw_error(ErrorCode::kInvalidArgument, "YAML (line {}): {}", e.mark.line + 1, e.msg);
   }
   TANDEM_CHECK(root.IsMap() && root[section], ErrorCode::kInvalidArgument, "config: no '{}' section", section);
+  return parse_pipeline_section(root[section], section);
+}
+
+PipelineConfig parse_pipeline_section(const YAML::Node& node, const std::string& path) {
   PipelineConfig config;
-  walk(root[section], section, data_keys(config));
+  walk(node, path, data_keys(config));
   TANDEM_CHECK(!config.files.empty(), ErrorCode::kInvalidArgument, "{}.files: required (a glob of TFRecord files)",
-               section);
+               path);
   return config;
+}
+
+int64_t replica_batch_size(const PipelineConfig& config, int replicas) {
+  if (config.global_batch_size <= 0) return config.batch_size;
+  const int64_t global = config.global_batch_size;
+  const int64_t r = replicas;
+  if (global % r != 0 || global < r) {
+    int64_t below = std::max<int64_t>(r, global / r * r);
+    throw_error(ErrorCode::kInvalidArgument,
+                "data.global_batch_size {} does not divide over {} replicas; nearest valid: {} or {}", global, r,
+                below, (global / r + 1) * r);
+  }
+  return global / r;
 }
 
 PipelineConfig load_pipeline_config(const std::string& path, const std::string& section) {

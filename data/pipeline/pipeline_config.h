@@ -3,6 +3,8 @@
 // `trainer bench-input` reads it directly. Unknown keys are errors with path, line, did-you-mean.
 #pragma once
 
+#include <yaml-cpp/yaml.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -33,7 +35,8 @@ struct PipelineConfig {
 
   int64_t num_parallel_calls = kAutotune;  // the decode + augment map
   bool cache = false;                      // keep this replica's records in memory after epoch 1
-  int64_t batch_size = 32;                 // per replica (the strategy will derive it later)
+  int64_t batch_size = 32;                 // per replica, unless global_batch_size is given
+  int64_t global_batch_size = 0;           // > 0: split evenly over the replicas instead
   bool drop_remainder = true;
   int64_t prefetch = kAutotune;
 
@@ -43,8 +46,15 @@ struct PipelineConfig {
   int64_t memory_budget_mb = 0;  // for all queues of all replicas; 0: half of RAM
 };
 
+// Reads one data section (the node under `data:` or `eval_data:`); path names it in errors.
+PipelineConfig parse_pipeline_section(const YAML::Node& node, const std::string& path);
+
 // Parses the mapping under `section` ("data") of a YAML document; other sections are ignored.
 PipelineConfig parse_pipeline_config(const std::string& yaml_text, const std::string& section = "data");
 PipelineConfig load_pipeline_config(const std::string& path, const std::string& section = "data");
+
+// Each replica's batch: global_batch_size / replicas when given (an error naming both numbers
+// and the nearest valid choices when it does not divide), else batch_size.
+int64_t replica_batch_size(const PipelineConfig& config, int replicas);
 
 }  // namespace tandem::data

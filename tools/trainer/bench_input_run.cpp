@@ -92,7 +92,7 @@ BenchInputReport run_bench_input(const data::PipelineConfig& config, const Bench
   data::ReplicaPipelines pipes = data::build_replica_pipelines(config, args.replicas);
   BenchInputReport report;
   report.plan = pipes.plan.describe();
-  report.batch_size = config.batch_size;
+  report.batch_size = data::replica_batch_size(config, args.replicas);
   std::vector<ReplicaRun> runs(static_cast<size_t>(args.replicas));
   auto start = Clock::now();
   {
@@ -114,7 +114,7 @@ BenchInputReport run_bench_input(const data::PipelineConfig& config, const Bench
     report.total_images_per_second += run.rate.images_per_second;
     slowest = slowest < 0 ? run.rate.images_per_second : std::min(slowest, run.rate.images_per_second);
   }
-  report.fed_step_time_ms = slowest > 0 ? 1000.0 * static_cast<double>(config.batch_size) / slowest : 0;
+  report.fed_step_time_ms = slowest > 0 ? 1000.0 * static_cast<double>(report.batch_size) / slowest : 0;
   summarise_stages(runs, wall, &report);
   return report;
 }
