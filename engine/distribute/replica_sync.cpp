@@ -9,10 +9,12 @@
 namespace tandem::distribute {
 namespace {
 
-// Every tensor of a module that replicas must agree on: parameters, then buffers.
-std::vector<std::pair<std::string, Tensor>> replica_state(nn::Module& module) {
+// The tensors of a module that replicas start from (parameters, then buffers), or that they
+// must still agree on later (parameters; buffers too when every buffer is synchronised).
+std::vector<std::pair<std::string, Tensor>> replica_state(nn::Module& module, bool with_buffers = true) {
   std::vector<std::pair<std::string, Tensor>> state;
   for (auto& [name, v] : module.named_parameters()) state.emplace_back(name, v.value());
+  if (!with_buffers) return state;
   for (auto& [name, t] : module.named_buffers()) state.emplace_back(name, *t);
   return state;
 }
@@ -57,14 +59,14 @@ uint64_t tensor_checksum(const Tensor& x) {
   return mix(h ^ tail ^ (static_cast<uint64_t>(n - i) << 56));
 }
 
-std::vector<std::pair<std::string, uint64_t>> parameter_checksums(nn::Module& module) {
+std::vector<std::pair<std::string, uint64_t>> parameter_checksums(nn::Module& module, bool include_buffers) {
   std::vector<std::pair<std::string, uint64_t>> sums;
-  for (auto& [name, t] : replica_state(module)) sums.emplace_back(name, tensor_checksum(t));
+  for (auto& [name, t] : replica_state(module, include_buffers)) sums.emplace_back(name, tensor_checksum(t));
   return sums;
 }
 
-void verify_parameters(Communicator& comm, nn::Module& module) {
-  auto sums = parameter_checksums(module);
+void verify_parameters(Communicator& comm, nn::Module& module, bool include_buffers) {
+  auto sums = parameter_checksums(module, include_buffers);
   const auto n = static_cast<int64_t>(sums.size());
   const int ranks = comm.world_size();
   Tensor mine = Tensor::empty({n}, DType::kI64);

@@ -19,11 +19,12 @@ void broadcast_parameters(Communicator& comm, nn::Module& module, int root = 0);
 
 // A 64-bit hash of a tensor's bytes (copied to the host first when it lives on a device).
 uint64_t tensor_checksum(const Tensor& x);
-// The checksum of every parameter then every buffer, with its dotted name.
-std::vector<std::pair<std::string, uint64_t>> parameter_checksums(nn::Module& module);
+// The checksum of every parameter then (include_buffers) every buffer, with its dotted name.
+std::vector<std::pair<std::string, uint64_t>> parameter_checksums(nn::Module& module, bool include_buffers = true);
 
 // All-gathers every replica's checksums and throws FailedPrecondition naming the first tensor
 // (parameters first, in registration order) whose bytes differ, and which replicas disagree.
-void verify_parameters(Communicator& comm, nn::Module& module);
+// include_buffers: false while BatchNorm keeps per-replica running statistics, which differ by design.
+void verify_parameters(Communicator& comm, nn::Module& module, bool include_buffers = true);
 
 }  // namespace tandem::distribute

@@ -80,7 +80,7 @@ void ReplicaLoop::checkpoint(int64_t epoch, int64_t batches_into_epoch) {
   mine.data_position = {{"epoch", epoch}, {"batches", batches_into_epoch}};
   mine.rng = ctx_->generator().state();
   // The checksum is a collective, so it also orders every replica's position write before the save.
-  distribute::verify_parameters(*comm_, *model_);
+  distribute::verify_parameters(*comm_, *model_, /*include_buffers=*/false);  // BN statistics are per replica
   if (rank_ == 0) {
     CheckpointMeta meta;
     meta.step = step_;
@@ -89,9 +89,8 @@ void ReplicaLoop::checkpoint(int64_t epoch, int64_t batches_into_epoch) {
     meta.config = shared_.setup.resolved_config;
     meta.metrics = shared_.summary.final_metrics;
     meta.metrics["train_loss"] = last_train_loss_;
-    auto path = shared_.checkpoints->save(*model_, *optimizer_, meta);
     shared_.progress.finish_line();
-    spdlog::info("checkpoint saved: {}", path.string());
+    shared_.checkpoints->save(*model_, *optimizer_, meta);  // logs where it went
   }
   // No replica may write its next position before replica 0 has copied them all.
   reduce_scalar_sum(0.0);

@@ -147,7 +147,7 @@ std::pair<int64_t, bool> ReplicaLoop::train_epoch(int64_t epoch, int64_t skip_ba
     }
     log_step(epoch, batches);
     if (config_.distribute.checksum_every_steps > 0 && step_ % config_.distribute.checksum_every_steps == 0) {
-      distribute::verify_parameters(*comm_, *model_);
+      distribute::verify_parameters(*comm_, *model_, /*include_buffers=*/false);  // BN statistics are per replica
     }
     if (config_.loop.eval_every_steps > 0 && (step_ % config_.loop.eval_every_steps == 0 || done())) {
       evaluate(step_);
