@@ -13,7 +13,7 @@ cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="
   -DTANDEM_WITH_CUDA=OFF -DTANDEM_BUILD_BENCH=OFF
 if [ "$kind" = "thread" ]; then
   # Only the executables that hold the threaded suites of tools/scripts/tsan_tests.txt.
-  targets="test_core test_pipeline test_distribute test_train"
+  targets="test_core test_pipeline test_distribute"
 else
   targets=$(cmake --build "$dir" --target help | sed -nE 's/^(test_[a-z_]+): .*/\1/p' | grep -v '_gpu$' | tr '\n' ' ')
 fi
