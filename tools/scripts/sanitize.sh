@@ -22,6 +22,7 @@ cmake --build "$dir" -j "$(nproc)" --target $targets
 
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+export LSAN_OPTIONS=suppressions=$PWD/tools/scripts/lsan.supp:print_suppressions=0
 export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 if [ "$kind" = "thread" ]; then
   # oneDNN's OpenMP runtime is not instrumented, so TSan runs the tests of our own threads.
