@@ -3,6 +3,8 @@
 // This is the only place that catches tandem::Error, prints it and picks the exit code:
 // 0 success, 1 a failure the message explains, 2 a usage error.
 #include <CLI/CLI.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
 
 #include <cstdio>
 #include <string>
@@ -11,6 +13,8 @@
 #include "tools/trainer/verbs.h"
 
 int main(int argc, char** argv) {
+  // Logs go to stderr, so stdout carries only a verb's output (`--json` documents stay parseable).
+  spdlog::set_default_logger(spdlog::stderr_color_mt("tandem"));
   CLI::App app{"Tandem: mirrored data-parallel training on 1 to 8 GPUs (or the CPU)", "trainer"};
   app.require_subcommand(0, 1);
   int exit_code = 0;
