@@ -2,9 +2,18 @@
 // (InterleaveDatasetOp): take block_length elements from each of cycle_length open inputs in
 // turn, opening the next input element in a slot as soon as its iterator ends. With
 // num_parallel_calls > 1 each open slot reads ahead on its own thread; the order is unchanged.
+// With num_parallel_calls > 1 and deterministic=false, cycle_length threads each read one input
+// at a time into a shared queue: elements come in the order they are read, so a slow file does
+// not hold back the others (tf.data's "sloppy" order; block_length then does not apply).
 #include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <thread>
 
+#include "data/pipeline/bounded_queue.h"
+#include "data/pipeline/carried_error.h"
 #include "data/pipeline/nodes.h"
+#include "data/pipeline/stop_scope.h"
 #include "engine/core/error.h"
 
 namespace tandem::data::nodes {
@@ -68,11 +77,90 @@ class InterleaveIterator final : public Iterator {
   bool end_of_input_ = false;
 };
 
+class SloppyInterleaveIterator final : public Iterator {
+ public:
+  SloppyInterleaveIterator(const Node& input, InterleaveFn fn, size_t cycle_length, size_t buffer,
+                           const IteratorContext& ctx)
+      : scope_(ctx.stop), ctx_(ctx), fn_(std::move(fn)), queue_(buffer, ctx.budget.queue_bytes),
+        live_(static_cast<int>(cycle_length)) {
+    ctx_.stop = scope_.token();
+    input_ = input->make_iterator(ctx_);
+    for (size_t i = 0; i < cycle_length; ++i) threads_.emplace_back([this] { work(); });
+  }
+
+  ~SloppyInterleaveIterator() override {
+    scope_.request_stop();
+    for (std::thread& t : threads_) t.join();
+  }
+
+  bool next(Element* out) override {
+    if (failed_) return false;
+    Slot slot;
+    if (!queue_.pop(&slot, scope_.token())) {
+      if (scope_.token().stop_requested()) throw_stopped();
+      return false;
+    }
+    if (slot.error) {
+      failed_ = true;  // an error ends the stream, as in every stage
+      slot.error.rethrow();
+    }
+    *out = std::move(slot.element);
+    return true;
+  }
+
+ private:
+  struct Slot {
+    Element element;
+    CarriedError error;
+  };
+
+  // One open input at a time per thread; the last thread to finish closes the queue.
+  void work() {
+    std::stop_token stop = scope_.token();
+    try {
+      Element source;
+      while (!stop.stop_requested() && pull(&source)) {
+        std::unique_ptr<Iterator> inner = fn_(source).node()->make_iterator(ctx_);
+        Slot slot;
+        while (inner->next(&slot.element)) {
+          size_t bytes = slot.element.bytes();
+          if (!queue_.push(std::move(slot), bytes, stop)) break;
+          slot = Slot{};
+        }
+      }
+    } catch (...) {
+      queue_.push(Slot{Element{}, CarriedError::capture()}, 0, stop);
+    }
+    if (live_.fetch_sub(1) == 1) queue_.close();
+  }
+
+  bool pull(Element* source) {
+    std::lock_guard lock(pull_mutex_);
+    if (input_done_) return false;
+    input_done_ = true;  // stays set when next() throws: that error ends the input for all threads
+    if (!input_->next(source)) return false;
+    input_done_ = false;
+    return true;
+  }
+
+  StopScope scope_;
+  IteratorContext ctx_;  // with this stage's stop token
+  InterleaveFn fn_;
+  BoundedQueue<Slot> queue_;
+  std::mutex pull_mutex_;  // serializes input_->next
+  std::unique_ptr<Iterator> input_;
+  bool input_done_ = false;
+  bool failed_ = false;
+  std::atomic<int> live_;
+  std::vector<std::thread> threads_;
+};
+
 class InterleaveNode final : public DatasetNode {
  public:
-  InterleaveNode(Node input, InterleaveFn fn, int64_t cycle_length, int64_t block_length, int64_t parallel)
+  InterleaveNode(Node input, InterleaveFn fn, int64_t cycle_length, int64_t block_length, int64_t parallel,
+                 bool deterministic)
       : input_(std::move(input)), fn_(std::move(fn)), cycle_length_(cycle_length), block_length_(block_length),
-        parallel_(parallel) {}
+        parallel_(parallel), deterministic_(deterministic) {}
 
   std::unique_ptr<Iterator> make_iterator(const IteratorContext& ctx) const override {
     int64_t cycle = cycle_length_ == kAutotune ? resolve_parallelism(kAutotune, ctx.budget, "interleave cycle_length")
@@ -80,6 +168,10 @@ class InterleaveNode final : public DatasetNode {
     int parallel = resolve_parallelism(parallel_, ctx.budget, "interleave");
     // Reading ahead a few blocks per slot keeps the consumer from waiting on file reads.
     int64_t read_ahead = parallel > 1 ? std::max<int64_t>(block_length_ * 2, 16) : 0;
+    if (parallel > 1 && !deterministic_) {
+      return std::make_unique<SloppyInterleaveIterator>(input_, fn_, static_cast<size_t>(cycle),
+                                                        static_cast<size_t>(read_ahead * cycle), ctx);
+    }
     return std::make_unique<InterleaveIterator>(input_, fn_, static_cast<size_t>(cycle), block_length_, read_ahead,
                                                 ctx);
   }
@@ -88,20 +180,20 @@ class InterleaveNode final : public DatasetNode {
   Node input_;
   InterleaveFn fn_;
   int64_t cycle_length_, block_length_, parallel_;
+  bool deterministic_;
 };
 
 }  // namespace
 
 Node interleave(Node input, InterleaveFn fn, int64_t cycle_length, int64_t block_length, int64_t num_parallel_calls,
                 bool deterministic) {
-  (void)deterministic;  // the order is always tf.data's deterministic order (docs/PIPELINE.md)
   TANDEM_CHECK(fn != nullptr, ErrorCode::kInvalidArgument, "interleave: no function given");
   TANDEM_CHECK(cycle_length >= 1 || cycle_length == kAutotune, ErrorCode::kInvalidArgument,
                "interleave(cycle_length={}): must be >= 1 or autotune", cycle_length);
   TANDEM_CHECK(block_length >= 1, ErrorCode::kInvalidArgument, "interleave(block_length={}): must be >= 1",
                block_length);
   return std::make_shared<InterleaveNode>(std::move(input), std::move(fn), cycle_length, block_length,
-                                          num_parallel_calls);
+                                          num_parallel_calls, deterministic);
 }
 
 }  // namespace tandem::data::nodes
