@@ -104,6 +104,7 @@ yaml::Keys data_keys(PipelineConfig& c) {
       {"reshuffle_each_iteration", [&](auto& n, auto& p) { c.reshuffle_each_iteration = as_bool(n, p); }},
       {"num_parallel_calls", [&](auto& n, auto& p) { c.num_parallel_calls = as_count(n, p, 1); }},
       {"cache", [&](auto& n, auto& p) { c.cache = as_bool(n, p); }},
+      {"cache_file", [&](auto& n, auto& p) { c.cache_file = scalar<std::string>(n, p, "a file path prefix"); }},
       {"batch_size", [&](auto& n, auto& p) { c.batch_size = as_int(n, p, 1); }},
       {"global_batch_size", [&](auto& n, auto& p) { c.global_batch_size = as_int(n, p, 1); }},
       {"drop_remainder", [&](auto& n, auto& p) { c.drop_remainder = as_bool(n, p); }},

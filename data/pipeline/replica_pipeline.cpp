@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <set>
 
+#include "data/crc32c.h"
 #include "engine/core/context.h"
 #include "engine/core/error.h"
 
@@ -21,6 +22,20 @@ size_t memory_budget_bytes(const PipelineConfig& config) {
   long page_size = ::sysconf(_SC_PAGE_SIZE);
   return pages > 0 && page_size > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page_size) / 2
                                     : size_t{4} << 30;
+}
+
+// "<cache_file>.replica-R-of-N.<crc>": the CRC covers what decides the cached records (the
+// replica's files, its record shard, how they are read and in which order, since under record
+// sharding the order decides which records a replica keeps), so a changed data set, shard plan or
+// an eval_data section given the same path gets a file of its own instead of stale records.
+std::string cache_file_name(const PipelineConfig& config, const ShardPlan& plan, int replica) {
+  const ReplicaShard& shard = plan.replicas.at(static_cast<size_t>(replica));
+  std::string identity = fmt::format("{}/{}/{}/{}/{}/{}/{}/{}\n", shard.record_stride, shard.record_offset,
+                                     compression_name(config.compression), on_corrupt_name(config.on_corrupt),
+                                     config.cycle_length, config.block_length, config.shuffle_buffer > 0, config.seed);
+  for (const std::string& file : shard.files) identity += file + "\n";
+  return fmt::format("{}.replica-{}-of-{}.{:08x}", config.cache_file, replica, plan.replicas.size(),
+                     crc32c(identity));
 }
 
 }  // namespace
@@ -53,10 +68,17 @@ Dataset build_replica_dataset(const PipelineConfig& config, const ShardPlan& pla
   int64_t cycle = config.cycle_length == kAutotune
                       ? std::clamp<int64_t>(static_cast<int64_t>(shard.files.size()), 1, 8)
                       : config.cycle_length;
+  // Record sharding counts records in the reading order, which must then be the same on every
+  // replica: only file sharding (or none) may take the faster, non-deterministic order.
+  bool ordered_reads = config.deterministic || shard.record_stride > 1;
   ds = ds.interleave([reader](const Element& file) { return Dataset::tfrecord(file.text, reader); }, cycle,
-                     config.block_length, config.num_parallel_reads, true);
+                     config.block_length, config.num_parallel_reads, ordered_reads);
   if (shard.record_stride > 1) ds = ds.shard(shard.record_stride, shard.record_offset);
-  if (config.cache) ds = ds.cache();
+  if (!config.cache_file.empty()) {
+    ds = ds.cache(cache_file_name(config, plan, replica));
+  } else if (config.cache) {
+    ds = ds.cache();
+  }
   if (config.shuffle_buffer > 0) {
     ds = ds.shuffle(config.shuffle_buffer, config.seed * 31 + static_cast<uint64_t>(replica),
                     config.reshuffle_each_iteration);

@@ -36,6 +36,7 @@ TEST(PipelineConfigYaml, DefaultsAndValues) {
   EXPECT_FALSE(c.image.augment.horizontal_flip);
   EXPECT_EQ(c.shuffle_buffer, 10000);  // a default
   EXPECT_EQ(c.prefetch, kAutotune);
+  EXPECT_TRUE(c.cache_file.empty());  // no file cache unless asked
 }
 
 TEST(PipelineConfigYaml, UnknownKeyNamesPathLineAndSuggestion) {
