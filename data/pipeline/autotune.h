@@ -1,9 +1,12 @@
-// Autotune for a parallel stage's thread count: it starts at half the CPU budget and adds a
-// thread whenever the consumer spent more than kWaitShare of a window waiting for this stage,
-// never beyond the budget; each change is logged with its reason.
+// Autotune: ParallelismTuner for a parallel stage's thread count (it starts at half the CPU
+// budget and adds a thread whenever the consumer spent more than kWaitShare of a window waiting
+// for this stage, never beyond the budget) and BufferTuner for a buffer's element count (it
+// doubles when the consumer waited although the buffer had filled, never beyond the memory
+// budget). Each change is logged with its reason.
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <string>
 
 namespace tandem::data {
@@ -29,6 +32,43 @@ class ParallelismTuner {
   int window_count_ = 0;
   double window_wait_ = 0;
   std::chrono::steady_clock::time_point window_start_;
+};
+
+// The element bound of an autotuned buffer (prefetch). Growing only pays when the producer can
+// run ahead of the consumer but the bound stopped it, and the consumer then waited anyway (a
+// burst of slow elements drained the buffer): tf.data's PrefetchAutotuner grows on the same
+// full-then-empty signal. A buffer that never fills would not help if larger, so it stays.
+// The cap is max_bytes / the mean element size of the window: the buffer's share of the memory
+// budget (PipelineBudget::queue_bytes; data.memory_budget_mb, default half of RAM).
+class BufferTuner {
+ public:
+  static constexpr double kWaitShare = ParallelismTuner::kWaitShare;
+  static constexpr int kWindowElements = ParallelismTuner::kWindowElements;
+  static constexpr double kMinWindowSeconds = ParallelismTuner::kMinWindowSeconds;
+
+  // enabled=false pins the bound at start (a fixed buffer_size).
+  BufferTuner(std::string stage, size_t start, size_t max_bytes, bool enabled);
+
+  size_t size() const { return size_; }
+  // The consumer took one element of `bytes` after waiting `waited` seconds; `filled`: the
+  // buffer reached its bound since the last call; `now`: seconds on a monotonic clock (a
+  // parameter so tests can feed a timeline). True when size() changed.
+  bool record(double waited, size_t bytes, bool filled, double now);
+
+ private:
+  bool close_window(double now);
+  bool grow(double share, double wall, size_t mean_bytes);
+
+  std::string stage_;
+  size_t size_;
+  size_t max_bytes_;
+  bool enabled_;
+  bool capped_logged_ = false;  // the budget cap is logged once, not every window
+  int window_count_ = 0;
+  double window_wait_ = 0;
+  size_t window_bytes_ = 0;
+  bool window_filled_ = false;
+  double window_start_ = -1;  // < 0: set by the first record()
 };
 
 }  // namespace tandem::data

@@ -1,6 +1,7 @@
 // A queue bounded both in elements and in bytes, whose waits end when the pipeline's stop
 // token fires, so a destroyed or failed pipeline never leaves a thread blocked in it.
 // One element is always admitted into an empty queue, so a single huge element cannot deadlock.
+// The element bound can change while running (autotuned prefetch grows it, autotune.h).
 #pragma once
 
 #include <condition_variable>
@@ -26,6 +27,9 @@ class BoundedQueue {
     }
     items_.emplace_back(std::move(item), bytes);
     bytes_ += bytes;
+    // Reaching the element bound means the producer could have run further ahead: the signal
+    // that a larger buffer would help (BufferTuner).
+    if (items_.size() >= max_elements_) filled_ = true;
     ready_.notify_one();
     return true;
   }
@@ -52,6 +56,18 @@ class BoundedQueue {
     space_.notify_all();
   }
 
+  void set_max_elements(size_t max_elements) {
+    std::lock_guard lock(mutex_);
+    max_elements_ = max_elements;
+    space_.notify_all();
+  }
+
+  // Whether the queue reached its element bound since the last call.
+  bool take_filled() {
+    std::lock_guard lock(mutex_);
+    return std::exchange(filled_, false);
+  }
+
   size_t size() const {
     std::lock_guard lock(mutex_);
     return items_.size();
@@ -66,7 +82,7 @@ class BoundedQueue {
     return items_.empty() || (items_.size() < max_elements_ && bytes_ + bytes <= max_bytes_);
   }
 
-  const size_t max_elements_;
+  size_t max_elements_;
   const size_t max_bytes_;
   mutable std::mutex mutex_;
   std::condition_variable_any ready_;
@@ -74,6 +90,7 @@ class BoundedQueue {
   std::deque<std::pair<T, size_t>> items_;
   size_t bytes_ = 0;
   bool closed_ = false;
+  bool filled_ = false;
 };
 
 }  // namespace tandem::data

@@ -1,9 +1,11 @@
 // prefetch(buffer_size): one thread pulls from the input into a queue bounded in elements and
 // bytes, so the consumer finds the next element ready. Errors travel through the queue.
-#include <spdlog/spdlog.h>
-
+// prefetch(autotune) starts at kAutotunedPrefetch elements and grows (BufferTuner) while the
+// consumer waits although the queue had filled, up to the queue's share of the memory budget.
+#include <chrono>
 #include <thread>
 
+#include "data/pipeline/autotune.h"
 #include "data/pipeline/bounded_queue.h"
 #include "data/pipeline/carried_error.h"
 #include "data/pipeline/nodes.h"
@@ -13,7 +15,11 @@
 namespace tandem::data::nodes {
 namespace {
 
-constexpr int64_t kAutotunedPrefetch = 4;  // bounded by the byte budget as well
+constexpr int64_t kAutotunedPrefetch = 4;  // the start; bounded by the byte budget as well
+
+double seconds_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 struct Slot {
   Element element;
@@ -22,8 +28,9 @@ struct Slot {
 
 class PrefetchIterator final : public Iterator {
  public:
-  PrefetchIterator(const Node& input, size_t buffer_size, const IteratorContext& ctx)
-      : scope_(ctx.stop), queue_(buffer_size, ctx.budget.queue_bytes) {
+  PrefetchIterator(const Node& input, size_t buffer_size, bool autotune, const IteratorContext& ctx)
+      : scope_(ctx.stop), queue_(buffer_size, ctx.budget.queue_bytes),
+        tuner_("prefetch", buffer_size, ctx.budget.queue_bytes, autotune) {
     IteratorContext child = ctx;
     child.stop = scope_.token();
     input_ = input->make_iterator(child);
@@ -38,9 +45,14 @@ class PrefetchIterator final : public Iterator {
   bool next(Element* out) override {
     if (failed_) return false;
     Slot slot;
+    double start = seconds_now();
     if (!queue_.pop(&slot, scope_.token())) {
       if (scope_.token().stop_requested()) throw_stopped();
       return false;
+    }
+    double now = seconds_now();
+    if (tuner_.record(now - start, slot.element.bytes(), queue_.take_filled(), now)) {
+      queue_.set_max_elements(tuner_.size());
     }
     if (slot.error) {
       failed_ = true;
@@ -71,6 +83,7 @@ class PrefetchIterator final : public Iterator {
   BoundedQueue<Slot> queue_;
   std::unique_ptr<Iterator> input_;
   bool failed_ = false;
+  BufferTuner tuner_;  // used by the consumer's thread only
   std::thread thread_;
 };
 
@@ -78,13 +91,10 @@ class PrefetchNode final : public DatasetNode {
  public:
   PrefetchNode(Node input, int64_t buffer_size) : input_(std::move(input)), buffer_size_(buffer_size) {}
   std::unique_ptr<Iterator> make_iterator(const IteratorContext& ctx) const override {
-    int64_t size = buffer_size_;
-    if (size == kAutotune) {
-      size = kAutotunedPrefetch;
-      spdlog::debug("autotune: prefetch buffer_size = {} (queue bound {} MiB)", size, ctx.budget.queue_bytes >> 20);
-    }
+    const bool autotune = buffer_size_ == kAutotune;
+    int64_t size = autotune ? kAutotunedPrefetch : buffer_size_;
     if (size == 0) return input_->make_iterator(ctx);
-    return std::make_unique<PrefetchIterator>(input_, static_cast<size_t>(size), ctx);
+    return std::make_unique<PrefetchIterator>(input_, static_cast<size_t>(size), autotune, ctx);
   }
 
  private:
