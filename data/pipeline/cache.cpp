@@ -42,7 +42,17 @@ class MemoryFill final : public Iterator {
   MemoryFill(std::unique_ptr<Iterator> input, std::shared_ptr<CacheState> state)
       : input_(std::move(input)), state_(std::move(state)) {}
   bool next(Element* out) override {
-    if (!input_->next(out)) {
+    if (failed_) return false;
+    bool got = false;
+    try {
+      got = input_->next(out);
+    } catch (...) {
+      // A stage that threw may end (or go on past the failed element) when asked again: that
+      // end must not complete a cache that lacks elements.
+      failed_ = true;
+      throw;
+    }
+    if (!got) {
       std::lock_guard lock(state_->mutex);
       if (!state_->elements) state_->elements = std::make_shared<const std::vector<Element>>(std::move(seen_));
       return false;
@@ -55,6 +65,7 @@ class MemoryFill final : public Iterator {
   std::unique_ptr<Iterator> input_;
   std::shared_ptr<CacheState> state_;
   std::vector<Element> seen_;
+  bool failed_ = false;
 };
 
 class MemoryCacheNode final : public DatasetNode {
@@ -96,8 +107,15 @@ class FileFill final : public Iterator {
   FileFill(std::unique_ptr<Iterator> input, const std::string& path)
       : input_(std::move(input)), path_(path), writer_(std::make_unique<CacheFileWriter>(path)) {}
   bool next(Element* out) override {
-    if (!writer_) return false;  // committed: the input is not asked again past its end
-    if (!input_->next(out)) {
+    if (!writer_) return false;  // committed or failed: the input is not asked again
+    bool got = false;
+    try {
+      got = input_->next(out);
+    } catch (...) {
+      writer_.reset();  // removes the temporary file: as for MemoryFill, an error ends the pass
+      throw;
+    }
+    if (!got) {
       writer_->commit();
       spdlog::info("cache: wrote {} elements ({:.1f} MiB) to {}; later passes read it", writer_->elements(),
                    static_cast<double>(writer_->bytes()) / (1 << 20), path_);

@@ -128,6 +128,34 @@ TEST(PipelineDataset, CacheFileUnfinishedPassLeavesNoFile) {
   EXPECT_TRUE(fs::exists(path));
 }
 
+// After an error a stage may go on past the failed element (a plain map does) or end; either
+// way the pass lacks an element and must not complete a cache.
+TEST(PipelineDataset, CacheAfterAnErrorCachesNothing) {
+  ScratchDir dir;
+  const std::string path = dir.path("train.cache");
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  auto failing = Dataset::range(0, 10).map([calls](Element e) {
+    ++*calls;
+    TANDEM_CHECK(e.record != 6, ErrorCode::kDataLoss, "record {} is bad", e.record);
+    return e;
+  });
+  for (const Dataset& ds : {failing.cache(path), failing.cache()}) {
+    DatasetIterator it = ds.make_iterator();
+    Element e;
+    int delivered = 0;
+    EXPECT_THROW(while (it.next(&e)) ++delivered, Error);
+    EXPECT_EQ(delivered, 6);
+    EXPECT_FALSE(it.next(&e));  // ends after the error, does not go on past it
+  }
+  EXPECT_FALSE(fs::exists(path));
+  EXPECT_TRUE(others(dir, path).empty());
+  const int before = calls->load();
+  Dataset memory = failing.cache();
+  EXPECT_THROW(records_of(memory), Error);
+  EXPECT_THROW(records_of(memory), Error);  // read from the input again, not from a partial cache
+  EXPECT_EQ(calls->load(), before + 14);
+}
+
 TEST(PipelineDataset, CacheFileTruncatedOrForeignIsRebuiltWithAWarning) {
   ScratchDir dir;
   const std::string path = dir.path("train.cache");
