@@ -87,12 +87,14 @@ class Dataset {
 
   // Transformations, as tf.data.
   Dataset shard(int64_t num_shards, int64_t index) const;
+  // deterministic=false with num_parallel_calls > 1: elements in the order they are read.
   Dataset interleave(InterleaveFn fn, int64_t cycle_length, int64_t block_length = 1,
                      int64_t num_parallel_calls = 1, bool deterministic = true) const;
   Dataset shuffle(int64_t buffer_size, uint64_t seed, bool reshuffle_each_iteration = true) const;
   Dataset map(MapFn fn, int64_t num_parallel_calls = 1, bool deterministic = true,
               std::string name = "map") const;
-  // In memory when filename is empty, else in a file of serialized elements.
+  // The first complete pass, replayed by later passes: in memory when filename is empty, else
+  // in a cache file (cache_file.h) that later runs and processes read instead of the input.
   Dataset cache(std::string filename = "") const;
   Dataset batch(int64_t batch_size, bool drop_remainder = false) const;
   Dataset prefetch(int64_t buffer_size) const;
