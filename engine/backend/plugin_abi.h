@@ -11,7 +11,8 @@
 
 extern "C" {
 
-inline constexpr int kTandemCudaPluginAbi = 1;
+// 2: DeviceServices gained allocate_host_pinned / free_host_pinned (pinned staging buffers).
+inline constexpr int kTandemCudaPluginAbi = 2;
 inline constexpr const char* kTandemCudaPluginEntry = "tandem_cuda_plugin_init";
 
 struct TandemCudaPlugin {

@@ -31,14 +31,11 @@ class CpuDeviceServices final : public DeviceServices {
 
   DeviceType type() const override { return DeviceType::kCpu; }
   int device_count() const override { return 1; }
-  void* raw_allocate(int, size_t bytes) override {
-    size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-    void* ptr = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
-    TANDEM_CHECK(ptr != nullptr, ErrorCode::kResourceExhausted, "cpu: out of memory allocating {} bytes",
-                 bytes);
-    return ptr;
-  }
+  void* raw_allocate(int, size_t bytes) override { return aligned(bytes); }
   void raw_free(int, void* ptr, size_t) noexcept override { std::free(ptr); }
+  // The CPU copies with memcpy: any host memory will do, so "pinned" is plain aligned memory.
+  void* allocate_host_pinned(size_t bytes) override { return aligned(bytes); }
+  void free_host_pinned(void* ptr, size_t) noexcept override { std::free(ptr); }
   void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes, Stream*) override {
     TANDEM_CHECK(dst_device.is_cpu() && src_device.is_cpu(), ErrorCode::kInvalidArgument,
                  "cpu services cannot copy from {} to {}", src_device.str(), dst_device.str());
@@ -47,6 +44,15 @@ class CpuDeviceServices final : public DeviceServices {
   std::unique_ptr<Stream> create_stream(int) override { return std::make_unique<CpuStream>(); }
   std::unique_ptr<Event> create_event(int) override { return std::make_unique<CpuEvent>(); }
   void synchronize(int) override {}
+
+ private:
+  static void* aligned(size_t bytes) {
+    size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+    void* ptr = std::aligned_alloc(kAlignment, rounded == 0 ? kAlignment : rounded);
+    TANDEM_CHECK(ptr != nullptr, ErrorCode::kResourceExhausted, "cpu: out of memory allocating {} bytes",
+                 bytes);
+    return ptr;
+  }
 };
 
 std::mutex registry_mutex;

@@ -59,6 +59,11 @@ class DeviceServices {
   virtual std::unique_ptr<Stream> create_stream(int device) = 0;
   virtual std::unique_ptr<Event> create_event(int device) = 0;
   virtual void synchronize(int device) = 0;
+  // Host memory that asynchronous copies to and from this kind of device may use without a
+  // bounce buffer: page-locked on CUDA (the copy engine reads it directly, so the copy really
+  // overlaps compute), plain aligned memory on the CPU. Costly to allocate: keep and reuse it.
+  virtual void* allocate_host_pinned(size_t bytes) = 0;
+  virtual void free_host_pinned(void* ptr, size_t bytes) noexcept = 0;
 };
 
 // The CPU's services are always there; others are registered by engine/backend at start.

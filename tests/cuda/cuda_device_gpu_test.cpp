@@ -3,6 +3,7 @@
 // Every test skips, saying why, where there is no driver or GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <numeric>
 #include <vector>
 
@@ -42,6 +43,31 @@ TEST(CudaDevice, TensorRoundTripOnAStream) {
   stream->synchronize();
   ASSERT_EQ(back.shape(), x.shape());
   for (int64_t i = 0; i < x.numel(); ++i) EXPECT_EQ(back.data<float>()[i], x.data<float>()[i]) << i;
+}
+
+// Pinned host memory (DeviceServices::allocate_host_pinned), as the device prefetcher stages
+// batches: an asynchronous copy from it and back on one stream round-trips exactly.
+TEST(CudaDevice, PinnedHostBufferRoundTripsAsynchronously) {
+  TANDEM_REQUIRE_GPU();
+  DeviceServices& cuda = device_services(DeviceType::kCuda);
+  const size_t n = 4 << 20, bytes = n * sizeof(float);
+  auto* up = static_cast<float*>(cuda.allocate_host_pinned(bytes));
+  auto* down = static_cast<float*>(cuda.allocate_host_pinned(bytes));
+  ASSERT_NE(up, nullptr);
+  ASSERT_NE(down, nullptr);
+  std::vector<float> expected = iota_floats(n, 2.0f);
+  std::copy(expected.begin(), expected.end(), up);
+  std::fill(down, down + n, 0.0f);
+  void* d = cuda.raw_allocate(0, bytes);
+  auto stream = cuda.create_stream(0);
+  cuda.copy(d, Device::cuda(0), up, Device::cpu(), bytes, stream.get());
+  cuda.copy(down, Device::cpu(), d, Device::cuda(0), bytes, stream.get());  // same stream: after the upload
+  stream->synchronize();
+  std::vector<float> back(down, down + n);
+  cuda.raw_free(0, d, bytes);
+  cuda.free_host_pinned(up, bytes);
+  cuda.free_host_pinned(down, bytes);
+  EXPECT_EQ(back, expected);
 }
 
 TEST(CudaDevice, EventOrdersTwoStreams) {

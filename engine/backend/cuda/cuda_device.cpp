@@ -154,13 +154,13 @@ void CudaDeviceServices::synchronize(int device) {
   TANDEM_CUDA_CHECK(cudaDeviceSynchronize(), "device=cuda:{}", device);
 }
 
-void* CudaDeviceServices::allocate_pinned(size_t bytes) {
+void* CudaDeviceServices::allocate_host_pinned(size_t bytes) {
   void* ptr = nullptr;
   TANDEM_CUDA_CHECK(cudaMallocHost(&ptr, bytes), "bytes={}", bytes);
   return ptr;
 }
 
-void CudaDeviceServices::free_pinned(void* ptr) noexcept {
+void CudaDeviceServices::free_host_pinned(void* ptr, size_t) noexcept {
   if (ptr != nullptr) TANDEM_CUDA_CHECK_NOTHROW(cudaFreeHost(ptr));
 }
 

@@ -72,9 +72,9 @@ class CudaDeviceServices final : public DeviceServices {
   std::unique_ptr<Event> create_event(int device) override;
   void synchronize(int device) override;
 
-  // Page-locked host memory, for buffers that asynchronous copies read or fill.
-  void* allocate_pinned(size_t bytes);
-  void free_pinned(void* ptr) noexcept;
+  // Page-locked host memory (cudaMallocHost), for buffers that asynchronous copies read or fill.
+  void* allocate_host_pinned(size_t bytes) override;
+  void free_host_pinned(void* ptr, size_t bytes) noexcept override;
 
  private:
   void check_device(int device) const;
