@@ -5,8 +5,10 @@
 
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <cstdio>
 #include <exception>
+#include <mutex>
 
 #include "engine/backend/cuda/cuda_check.h"
 #include "engine/core/error.h"
@@ -82,6 +84,7 @@ Stream& NcclCollectives::stream(int rank) {
 }
 
 void NcclCollectives::all_reduce(int rank, float* data, size_t count, bool average) {
+  std::shared_lock lock(lifetime_);
   check_rank(rank);
   auto r = static_cast<size_t>(rank);
   DeviceGuard guard(devices_[r]);
@@ -94,6 +97,7 @@ void NcclCollectives::all_reduce(int rank, float* data, size_t count, bool avera
 }
 
 void NcclCollectives::broadcast(int rank, void* data, size_t bytes, int root) {
+  std::shared_lock lock(lifetime_);
   check_rank(rank);
   auto r = static_cast<size_t>(rank);
   DeviceGuard guard(devices_[r]);
@@ -104,6 +108,7 @@ void NcclCollectives::broadcast(int rank, void* data, size_t bytes, int root) {
 }
 
 void NcclCollectives::all_gather(int rank, const void* in, void* out, size_t bytes_per_rank) {
+  std::shared_lock lock(lifetime_);
   check_rank(rank);
   auto r = static_cast<size_t>(rank);
   DeviceGuard guard(devices_[r]);
@@ -114,6 +119,7 @@ void NcclCollectives::all_gather(int rank, const void* in, void* out, size_t byt
 }
 
 std::string NcclCollectives::async_error(int rank) {
+  std::shared_lock lock(lifetime_);
   check_rank(rank);
   ncclResult_t async = ncclSuccess;
   TANDEM_NCCL_CHECK(ncclCommGetAsyncError(comms_[static_cast<size_t>(rank)], &async), "rank {}", rank);
@@ -123,8 +129,16 @@ std::string NcclCollectives::async_error(int rank) {
 }
 
 void NcclCollectives::abort() noexcept {
-  if (aborted_) return;
-  aborted_ = true;
+  if (aborted_.exchange(true)) return;
+  std::unique_lock lock(lifetime_, std::defer_lock);
+  try {
+    // Launches hold the lock for microseconds; one stuck inside NCCL must not stop the abort.
+    if (!lock.try_lock_for(std::chrono::seconds(2))) {
+      spdlog::warn("NCCL abort: a launch still holds the communicators after 2 s; aborting anyway");
+    }
+  } catch (const std::exception& e) {
+    spdlog::warn("NCCL abort: could not lock the communicators ({}); aborting anyway", e.what());
+  }
   for (ncclComm_t comm : comms_) {
     if (comm != nullptr) (void)ncclCommAbort(comm);
   }

@@ -4,7 +4,9 @@
 
 #include <nccl.h>
 
+#include <atomic>
 #include <memory>
+#include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -46,7 +48,11 @@ class NcclCollectives final : public backend::DeviceCollectives {
   std::vector<int> devices_;
   std::vector<ncclComm_t> comms_;
   std::vector<std::unique_ptr<CudaStream>> streams_;
-  bool aborted_ = false;
+  // abort() comes from whichever replica thread's watchdog fires first, while the others may be
+  // launching: launches hold this shared, abort exclusive, so no communicator is freed under a
+  // launch (unless one is stuck inside NCCL, which abort must not wait out).
+  mutable std::shared_timed_mutex lifetime_;
+  std::atomic<bool> aborted_{false};
 };
 
 }  // namespace tandem::cuda

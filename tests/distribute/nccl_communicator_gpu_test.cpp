@@ -1,0 +1,152 @@
+// The NCCL communicator on real GPUs (ctest label `gpu`): one replica thread per visible device,
+// all-reduce (sum, average), broadcast and all-gather, `after` ordering behind a compute stream,
+// abort, and the watchdog naming a replica that never arrives (two GPUs or more). Skips, saying
+// why, where there is no driver, plugin or GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <thread>
+#include <vector>
+
+#include "engine/backend/plugin_loader.h"
+#include "engine/backend/shared_library.h"
+#include "engine/distribute/nccl_communicator.h"
+#include "tests/distribute/distribute_test_util.h"
+
+namespace tandem::distribute {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::caught;
+using testing::expect_no_errors;
+using testing::run_ranks;
+
+// Empty when the CUDA plugin is loaded and sees a GPU; else why not (as tests/cuda does).
+std::string gpu_skip_reason() {
+  backend::SharedLibrary driver("libcuda.so.1");
+  if (!driver.loaded()) return "no CUDA driver: " + driver.error();
+  driver.release();
+  const backend::CudaPluginStatus& status = backend::load_cuda_plugin();
+  if (!status.loaded) return status.summary();
+  if (status.device_count == 0) return "no GPU visible to the CUDA plugin";
+  return {};
+}
+
+#define REQUIRE_GPUS(n)                                                                         \
+  do {                                                                                          \
+    if (std::string reason = gpu_skip_reason(); !reason.empty()) GTEST_SKIP() << reason;        \
+    if (backend::load_cuda_plugin().device_count < (n)) GTEST_SKIP() << "needs " << (n) << " GPUs"; \
+  } while (false)
+
+std::vector<int> all_devices() {
+  std::vector<int> devices;
+  for (int d = 0; d < std::min(backend::load_cuda_plugin().device_count, 8); ++d) devices.push_back(d);
+  return devices;
+}
+
+Tensor on(int device, std::vector<float> values) {
+  const auto n = static_cast<int64_t>(values.size());
+  return Tensor::from_vector(values, Shape({n})).to(Device::cuda(device));
+}
+
+TEST(NcclCommunicatorGpu, AllReduceBroadcastAndAllGatherOnEveryDevice) {
+  REQUIRE_GPUS(1);
+  std::vector<int> devices = all_devices();
+  const int ranks = static_cast<int>(devices.size());
+  NcclCommunicatorGroup group(devices, CommunicatorOptions{60s});
+  const float sum = static_cast<float>(ranks * (ranks + 1) / 2);
+  expect_no_errors(run_ranks(ranks, [&](int r) {
+    Communicator& comm = group.communicator(r);
+    EXPECT_EQ(comm.device(), Device::cuda(devices[static_cast<size_t>(r)]));
+    const float v = static_cast<float>(r + 1);
+    Tensor x = on(r, std::vector<float>(1001, v));
+    comm.all_reduce(x, ReduceOp::kSum, {.bucket = 0});
+    for (float got : x.to(Device::cpu()).to_vector()) ASSERT_EQ(got, sum);
+    Tensor y = on(r, {v, 2 * v});
+    comm.all_reduce(y, ReduceOp::kAverage);
+    EXPECT_EQ(y.to(Device::cpu()).to_vector(), (std::vector<float>{sum / ranks, 2 * sum / ranks}));
+    Tensor b = on(r, {v, -v, 0.25f});
+    comm.broadcast(b, ranks - 1);
+    EXPECT_EQ(b.to(Device::cpu()).to_vector(), (std::vector<float>{float(ranks), -float(ranks), 0.25f}));
+    Tensor all = Tensor::zeros({ranks, 2}, DType::kF32, Device::cuda(r));
+    comm.all_gather(on(r, {v, -v}), all);
+    std::vector<float> gathered = all.to(Device::cpu()).to_vector();
+    for (int q = 0; q < ranks; ++q) {
+      EXPECT_EQ(gathered[static_cast<size_t>(2 * q)], float(q + 1));
+      EXPECT_EQ(gathered[static_cast<size_t>(2 * q + 1)], -float(q + 1));
+    }
+  }));
+}
+
+// The data is written by an asynchronous copy on a compute stream; with tag.after the all-reduce
+// must see it (a large copy, so without the ordering the collective would read stale values).
+TEST(NcclCommunicatorGpu, AfterOrdersTheCollectiveBehindTheComputeStream) {
+  REQUIRE_GPUS(1);
+  std::vector<int> devices = all_devices();
+  const int ranks = static_cast<int>(devices.size());
+  NcclCommunicatorGroup group(devices, CommunicatorOptions{60s});
+  const int64_t n = 32 << 20;  // 128 MiB per rank
+  expect_no_errors(run_ranks(ranks, [&](int r) {
+    DeviceServices& cuda = device_services(DeviceType::kCuda);
+    auto compute = cuda.create_stream(r);
+    Tensor x = Tensor::zeros({n}, DType::kF32, Device::cuda(r));
+    cuda.synchronize(r);
+    auto* pinned = static_cast<float*>(cuda.allocate_host_pinned(static_cast<size_t>(n) * sizeof(float)));
+    std::fill(pinned, pinned + n, 1.0f);
+    cuda.copy(x.raw_data(), x.device(), pinned, Device::cpu(), x.nbytes(), compute.get());
+    group.communicator(r).all_reduce(x, ReduceOp::kSum, {.bucket = 0, .after = compute.get()});
+    std::vector<float> got = x.to(Device::cpu()).to_vector();
+    cuda.free_host_pinned(pinned, static_cast<size_t>(n) * sizeof(float));
+    EXPECT_EQ(got.front(), static_cast<float>(ranks));
+    EXPECT_EQ(got.back(), static_cast<float>(ranks));
+  }));
+}
+
+TEST(NcclCommunicatorGpu, AbortStopsLaterCollectivesWithTheFirstCause) {
+  REQUIRE_GPUS(1);
+  NcclCommunicatorGroup group({0}, CommunicatorOptions{60s});
+  Tensor x = on(0, {1, 2, 3});
+  group.communicator(0).all_reduce(x, ReduceOp::kSum);
+  group.communicator(0).abort("out of memory in replica 0's forward");
+  try {
+    group.communicator(0).all_reduce(x, ReduceOp::kSum);
+    FAIL() << "an aborted group ran a collective";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kAborted);
+    EXPECT_NE(std::string(e.what()).find("replica 0 aborted: out of memory"), std::string::npos) << e.what();
+  }
+}
+
+TEST(NcclCommunicatorGpu, TensorsMustLiveOnTheReplicasDevice) {
+  REQUIRE_GPUS(1);
+  NcclCommunicatorGroup group({0});
+  Tensor host = Tensor::zeros({4});
+  try {
+    group.communicator(0).all_reduce(host, ReduceOp::kSum);
+    FAIL() << "a CPU tensor was given to NCCL";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("takes tensors on cuda:0"), std::string::npos) << e.what();
+  }
+}
+
+TEST(NcclCommunicatorGpu, WatchdogNamesTheReplicaThatNeverArrives) {
+  REQUIRE_GPUS(2);
+  NcclCommunicatorGroup group({0, 1}, CommunicatorOptions{500ms});
+  auto errors = run_ranks(2, [&](int r) {
+    Communicator& comm = group.communicator(r);
+    comm.set_step(5);
+    Tensor x = on(r, std::vector<float>(256, 1.0f));
+    comm.all_reduce(x, ReduceOp::kSum, {.bucket = 0});
+    if (r == 1) return;  // replica 1 stops calling collectives
+    comm.all_reduce(x, ReduceOp::kSum, {.bucket = 1});
+  });
+  auto e = caught(errors[0]);
+  ASSERT_TRUE(e.thrown);
+  EXPECT_EQ(e.code, ErrorCode::kDeadlineExceeded) << e.message;
+  EXPECT_NE(e.message.find("replica 1 (its last collective"), std::string::npos) << e.message;
+  EXPECT_NE(e.message.find("bucket 1) #2 at step 5"), std::string::npos) << e.message;
+}
+
+}  // namespace
+}  // namespace tandem::distribute
