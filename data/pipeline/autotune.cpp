@@ -7,11 +7,13 @@
 
 namespace tandem::data {
 
-ParallelismTuner::ParallelismTuner(std::string stage, int max, bool enabled)
-    : stage_(std::move(stage)), max_(max), enabled_(enabled), active_(enabled ? std::max(1, max / 2) : max),
+ParallelismTuner::ParallelismTuner(std::string stage, int max, bool enabled, int start)
+    : stage_(std::move(stage)), max_(max), enabled_(enabled),
+      active_(enabled ? std::clamp(start > 0 ? start : max / 2, 1, std::max(1, max)) : max),
       window_start_(std::chrono::steady_clock::now()) {
   if (enabled_) {
-    spdlog::info("autotune: {} num_parallel_calls = {} to start (budget {} threads)", stage_, active_, max_);
+    spdlog::info("autotune: {} num_parallel_calls = {} to start ({}budget {} threads)", stage_, active_,
+                 start > 0 ? "as an earlier pass ended; " : "", max_);
   }
 }
 

@@ -5,11 +5,29 @@
 // budget). Each change is logged with its reason.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace tandem::data {
+
+// What an autotuned stage learned, kept by its dataset node so that the node's next iterator
+// (the next epoch: the trainer makes one per epoch) starts where the last one got to instead
+// of from the bottom again. Only grows, as the tuners do.
+class TunedValue {
+ public:
+  int64_t get() const { return value_.load(std::memory_order_relaxed); }
+  void raise(int64_t value) {
+    int64_t current = get();
+    while (current < value && !value_.compare_exchange_weak(current, value, std::memory_order_relaxed)) {
+    }
+  }
+
+ private:
+  std::atomic<int64_t> value_{0};
+};
 
 class ParallelismTuner {
  public:
@@ -17,8 +35,9 @@ class ParallelismTuner {
   static constexpr int kWindowElements = 32;
   static constexpr double kMinWindowSeconds = 0.05;
 
-  // enabled=false pins the count at max (a fixed num_parallel_calls).
-  ParallelismTuner(std::string stage, int max, bool enabled);
+  // enabled=false pins the count at max (a fixed num_parallel_calls). start > 0: begin there
+  // (what an earlier iterator learned, at most max) instead of at max / 2.
+  ParallelismTuner(std::string stage, int max, bool enabled, int start = 0);
 
   int active() const { return active_; }
   // The consumer took one element after waiting `waited` seconds; true when active() changed.

@@ -24,11 +24,14 @@ struct Result {
 
 class ParallelMapIterator final : public Iterator {
  public:
-  ParallelMapIterator(const Node& input, MapFn fn, int threads, bool autotune, bool deterministic,
-                      const IteratorContext& ctx, std::shared_ptr<StageStats> stats, const std::string& name)
+  // learned: the node's tuned thread count when autotuned (null for a fixed count).
+  ParallelMapIterator(const Node& input, MapFn fn, int threads, std::shared_ptr<TunedValue> learned,
+                      bool deterministic, const IteratorContext& ctx, std::shared_ptr<StageStats> stats,
+                      const std::string& name)
       : scope_(ctx.stop), fn_(std::move(fn)), deterministic_(deterministic),
         capacity_(static_cast<size_t>(threads) * 2), max_bytes_(ctx.budget.queue_bytes), stats_(std::move(stats)),
-        tuner_(name, threads, autotune) {
+        learned_(std::move(learned)),
+        tuner_(name, threads, learned_ != nullptr, learned_ ? static_cast<int>(learned_->get()) : 0) {
     stats_->parallelism = tuner_.active();
     IteratorContext child = ctx;
     child.stop = scope_.token();
@@ -56,6 +59,7 @@ class ParallelMapIterator final : public Iterator {
     }
     if (tuner_.record(waited)) {
       stats_->parallelism = tuner_.active();
+      learned_->raise(tuner_.active());
       changed_.notify_all();
     }
     if (done_.empty() || (deterministic_ && done_.count(consumed_) == 0)) return false;  // the end
@@ -172,6 +176,7 @@ class ParallelMapIterator final : public Iterator {
   bool failed_ = false;
   size_t in_flight_ = 0;  // reserved and not yet consumed
   size_t buffered_bytes_ = 0;
+  std::shared_ptr<TunedValue> learned_;
   ParallelismTuner tuner_;
   std::vector<std::thread> threads_;
 };
@@ -180,15 +185,15 @@ class MapNode final : public DatasetNode {
  public:
   MapNode(Node input, MapFn fn, int64_t parallel, bool deterministic, std::string name)
       : input_(std::move(input)), fn_(std::move(fn)), parallel_(parallel), deterministic_(deterministic),
-        name_(std::move(name)) {}
+        name_(std::move(name)), learned_(std::make_shared<TunedValue>()) {}
 
   std::unique_ptr<Iterator> make_iterator(const IteratorContext& ctx) const override {
     auto stats = ctx.stats ? ctx.stats->stage(this, name_) : std::make_shared<StageStats>(name_);
     int threads = resolve_parallelism(parallel_, ctx.budget, name_);
     stats->parallelism = threads;
     if (threads > 1) {
-      return std::make_unique<ParallelMapIterator>(input_, fn_, threads, parallel_ == kAutotune, deterministic_, ctx,
-                                                   std::move(stats), name_);
+      return std::make_unique<ParallelMapIterator>(input_, fn_, threads, parallel_ == kAutotune ? learned_ : nullptr,
+                                                   deterministic_, ctx, std::move(stats), name_);
     }
     // One call at a time runs in the puller's thread, as tf.data does.
     struct It final : Iterator {
@@ -217,6 +222,7 @@ class MapNode final : public DatasetNode {
   int64_t parallel_;
   bool deterministic_;
   std::string name_;
+  std::shared_ptr<TunedValue> learned_;  // autotune: the thread count the last iterator got to
 };
 
 }  // namespace

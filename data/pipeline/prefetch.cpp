@@ -1,7 +1,9 @@
 // prefetch(buffer_size): one thread pulls from the input into a queue bounded in elements and
 // bytes, so the consumer finds the next element ready. Errors travel through the queue.
-// prefetch(autotune) starts at kAutotunedPrefetch elements and grows (BufferTuner) while the
-// consumer waits although the queue had filled, up to the queue's share of the memory budget.
+// prefetch(autotune) starts at kAutotunedPrefetch elements (or where the node's last iterator
+// got to) and grows (BufferTuner) while the consumer waits although the queue had filled, up to
+// the queue's share of the memory budget.
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -28,9 +30,11 @@ struct Slot {
 
 class PrefetchIterator final : public Iterator {
  public:
-  PrefetchIterator(const Node& input, size_t buffer_size, bool autotune, const IteratorContext& ctx)
-      : scope_(ctx.stop), queue_(buffer_size, ctx.budget.queue_bytes),
-        tuner_("prefetch", buffer_size, ctx.budget.queue_bytes, autotune) {
+  // learned: the node's tuned size when autotuned (null for a fixed buffer_size).
+  PrefetchIterator(const Node& input, size_t buffer_size, std::shared_ptr<TunedValue> learned,
+                   const IteratorContext& ctx)
+      : scope_(ctx.stop), queue_(buffer_size, ctx.budget.queue_bytes), learned_(std::move(learned)),
+        tuner_("prefetch", buffer_size, ctx.budget.queue_bytes, learned_ != nullptr) {
     IteratorContext child = ctx;
     child.stop = scope_.token();
     input_ = input->make_iterator(child);
@@ -53,6 +57,7 @@ class PrefetchIterator final : public Iterator {
     double now = seconds_now();
     if (tuner_.record(now - start, slot.element.bytes(), queue_.take_filled(), now)) {
       queue_.set_max_elements(tuner_.size());
+      learned_->raise(static_cast<int64_t>(tuner_.size()));
     }
     if (slot.error) {
       failed_ = true;
@@ -83,23 +88,26 @@ class PrefetchIterator final : public Iterator {
   BoundedQueue<Slot> queue_;
   std::unique_ptr<Iterator> input_;
   bool failed_ = false;
+  std::shared_ptr<TunedValue> learned_;
   BufferTuner tuner_;  // used by the consumer's thread only
   std::thread thread_;
 };
 
 class PrefetchNode final : public DatasetNode {
  public:
-  PrefetchNode(Node input, int64_t buffer_size) : input_(std::move(input)), buffer_size_(buffer_size) {}
+  PrefetchNode(Node input, int64_t buffer_size)
+      : input_(std::move(input)), buffer_size_(buffer_size), learned_(std::make_shared<TunedValue>()) {}
   std::unique_ptr<Iterator> make_iterator(const IteratorContext& ctx) const override {
     const bool autotune = buffer_size_ == kAutotune;
-    int64_t size = autotune ? kAutotunedPrefetch : buffer_size_;
+    int64_t size = autotune ? std::max(kAutotunedPrefetch, learned_->get()) : buffer_size_;
     if (size == 0) return input_->make_iterator(ctx);
-    return std::make_unique<PrefetchIterator>(input_, static_cast<size_t>(size), autotune, ctx);
+    return std::make_unique<PrefetchIterator>(input_, static_cast<size_t>(size), autotune ? learned_ : nullptr, ctx);
   }
 
  private:
   Node input_;
   int64_t buffer_size_;
+  std::shared_ptr<TunedValue> learned_;  // autotune: the size the last iterator got to
 };
 
 }  // namespace

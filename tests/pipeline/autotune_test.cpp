@@ -83,6 +83,20 @@ TEST(PipelineThreads, BufferTunerStopsAtTheMemoryBudget) {
   EXPECT_EQ(text.find("fill the memory budget", first + 1), std::string::npos) << "logged more than once";
 }
 
+// Drains ds as a consumer that needs 2 ms per element; the captured log of the pass.
+std::string consume_slowly(const Dataset& ds, int64_t count) {
+  CapturedLog log;
+  DatasetIterator it = ds.make_iterator();
+  Element e;
+  int64_t expected = 0;
+  while (it.next(&e)) {
+    EXPECT_EQ(e.record, expected++);
+    std::this_thread::sleep_for(2ms);
+  }
+  EXPECT_EQ(expected, count);
+  return log.text();
+}
+
 TEST(PipelineThreads, PrefetchAutotuneGrowsForAStallingProducer) {
   // Every 16th element stalls 20 ms; otherwise the producer outruns the consumer (2 ms each),
   // so 4 buffered elements cannot cover a stall but a larger buffer can.
@@ -90,16 +104,32 @@ TEST(PipelineThreads, PrefetchAutotuneGrowsForAStallingProducer) {
     if (e.record % 16 == 15) std::this_thread::sleep_for(20ms);
     return e;
   };
-  CapturedLog log;
-  DatasetIterator it = Dataset::range(0, 320).map(stalling).prefetch(kAutotune).make_iterator();
-  Element e;
-  int64_t expected = 0;
-  while (it.next(&e)) {
-    ASSERT_EQ(e.record, expected++);
-    std::this_thread::sleep_for(2ms);
+  Dataset ds = Dataset::range(0, 320).map(stalling).prefetch(kAutotune);
+  std::string first = consume_slowly(ds, 320);
+  EXPECT_NE(first.find("autotune: prefetch buffer_size 4 -> 8"), std::string::npos) << first;
+  // The next iterator of the same dataset (the next epoch) starts where this one got to.
+  std::string second = consume_slowly(ds, 320);
+  EXPECT_EQ(second.find("buffer_size 4 ->"), std::string::npos) << second;
+}
+
+TEST(PipelineThreads, AutotunedThreadsCarryToTheNextIterator) {
+  auto slow = [](Element e) {
+    std::this_thread::sleep_for(1ms);  // waiting, not computing: the test needs no free cores
+    return e;
+  };
+  PipelineBudget budget;
+  budget.cpu_threads = 4;
+  Dataset ds = Dataset::range(0, 600).map(slow, kAutotune, true, "slow");
+  {
+    DatasetIterator it = ds.make_iterator(0, budget);
+    EXPECT_EQ(it.stats()->snapshot()[0].parallelism, 2);  // half the budget to start
+    Element e;
+    while (it.next(&e)) {
+    }
+    ASSERT_EQ(it.stats()->snapshot()[0].parallelism, 4);
   }
-  EXPECT_EQ(expected, 320);
-  EXPECT_NE(log.text().find("autotune: prefetch buffer_size 4 -> 8"), std::string::npos) << log.text();
+  DatasetIterator next_epoch = ds.make_iterator(1, budget);
+  EXPECT_EQ(next_epoch.stats()->snapshot()[0].parallelism, 4);
 }
 
 }  // namespace
