@@ -164,7 +164,7 @@ const std::string& GradientBucketer::parameter_name(int index) const {
   return state_->names.at(static_cast<size_t>(index));
 }
 
-void GradientBucketer::finish() {
+void GradientBucketer::finish(const std::function<void(const std::vector<int>&)>& on_bucket) {
   State& s = *state_;
   std::string missing = s.missing_gradients();
   if (!missing.empty()) {
@@ -177,14 +177,18 @@ void GradientBucketer::finish() {
     throw Error(ErrorCode::kFailedPrecondition, message);
   }
   try {
-    for (size_t b = 0; b < s.buckets.size(); ++b) s.handles[b].wait();
+    for (size_t b = 0; b < s.buckets.size(); ++b) {
+      s.handles[b].wait();
+      for (int p : s.buckets[b].params) {
+        auto i = static_cast<size_t>(p);
+        s.copy(s.reduced[i].raw_data(), s.slot_ptr(p), s.reduced[i].nbytes());
+        s.params[i].set_grad(s.reduced[i]);
+      }
+      if (on_bucket) on_bucket(s.buckets[b].params);
+    }
   } catch (...) {
     reset();
     throw;
-  }
-  for (size_t i = 0; i < s.params.size(); ++i) {
-    s.copy(s.reduced[i].raw_data(), s.slot_ptr(static_cast<int>(i)), s.reduced[i].nbytes());
-    s.params[i].set_grad(s.reduced[i]);
   }
   s.rearm();
 }

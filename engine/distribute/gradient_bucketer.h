@@ -3,6 +3,7 @@
 // backward), each all-reduced asynchronously the moment its last gradient is final.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -47,11 +48,14 @@ class GradientBucketer {
   const std::vector<Bucket>& buckets() const;
   const std::string& parameter_name(int index) const;
 
-  // After backward: waits for every bucket and sets each parameter's gradient to the reduced
-  // one (a tensor owned here, reused every step), then rearms for the next step. A parameter
-  // that got no gradient this step is an error naming it; the group is aborted first, so the
-  // other replicas stop at once instead of waiting for a bucket that never comes.
-  void finish();
+  // After backward: waits for the buckets in launch order and sets each parameter's gradient to
+  // the reduced one (a tensor owned here, reused every step), then rearms for the next step.
+  // on_bucket(parameter indices), when given, runs as soon as a bucket's gradients are set,
+  // before the next bucket is waited for: the optimizer updates those parameters while later
+  // buckets are still being reduced. A parameter that got no gradient this step is an error
+  // naming it; the group is aborted first, so the other replicas stop at once instead of
+  // waiting for a bucket that never comes.
+  void finish(const std::function<void(const std::vector<int>&)>& on_bucket = {});
   // Forgets the gradients of an interrupted step (an exception in forward or backward).
   void reset();
 

@@ -32,11 +32,30 @@ void Optimizer::ensure_state() {
 }
 
 void Optimizer::step(ExecutionContext& ctx) {
+  update_members(ctx, [](size_t) { return true; });
+  finish_step();
+}
+
+void Optimizer::update_params(ExecutionContext& ctx, const std::vector<int>& indices) {
+  std::vector<char>& chosen = chosen_scratch_;
+  chosen.assign(params_.size(), 0);
+  for (int i : indices) {
+    TANDEM_CHECK(i >= 0 && static_cast<size_t>(i) < params_.size(), ErrorCode::kOutOfRange,
+                 "optimizer update_params: parameter index {} of {}", i, params_.size());
+    chosen[static_cast<size_t>(i)] = 1;
+  }
+  update_members(ctx, [&chosen](size_t i) { return chosen[i] != 0; });
+}
+
+void Optimizer::finish_step() { ++steps_; }
+
+void Optimizer::update_members(ExecutionContext& ctx, const std::function<bool(size_t)>& chosen) {
   ensure_state();
   for (const Group& g : groups_) {
     std::vector<Tensor> w, dw;
     std::vector<std::vector<Tensor>> state(state_names_.size());
     for (size_t i : g.members) {
+      if (!chosen(i)) continue;
       auto& [name, p] = params_[i];
       TANDEM_CHECK(p.has_grad(), ErrorCode::kFailedPrecondition,
                    "optimizer step: parameter '{}' has no gradient; is it used in the loss?", name);
@@ -44,9 +63,8 @@ void Optimizer::step(ExecutionContext& ctx) {
       dw.push_back(p.grad());
       for (size_t k = 0; k < state_names_.size(); ++k) state[k].push_back(state_[i][k]);
     }
-    update(ctx, g.weight_decay, w, dw, state);
+    if (!w.empty()) update(ctx, g.weight_decay, w, dw, state);
   }
-  ++steps_;
 }
 
 void Optimizer::zero_grad() {

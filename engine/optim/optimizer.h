@@ -3,6 +3,7 @@
 // and state exposed by name for checkpoints ("<param>.momentum_buffer", "<param>.exp_avg", ...).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -41,6 +42,11 @@ class Optimizer {
   // Applies one update from the parameters' gradients. A parameter without a gradient is an
   // error naming it (a layer left out of the loss), unless allow_missing_grads.
   void step(ExecutionContext& ctx);
+  // The same step in parts, so a data-parallel replica can update the parameters of a gradient
+  // bucket as soon as its reduction completes: update_params(ctx, indices) for each part (indices into
+  // the parameters given, each exactly once per step), then finish_step(). step() is both at once.
+  void update_params(ExecutionContext& ctx, const std::vector<int>& indices);
+  void finish_step();
   void zero_grad();
 
   float lr() const { return options_.lr; }
@@ -67,11 +73,13 @@ class Optimizer {
     std::vector<size_t> members;  // indices into params_
   };
   void ensure_state();
+  void update_members(ExecutionContext& ctx, const std::function<bool(size_t)>& chosen);
 
   NamedParameters params_;
   std::vector<std::string> state_names_;        // "momentum_buffer", or "exp_avg" and "exp_avg_sq"
   std::vector<std::vector<Tensor>> state_;      // [param][state name]
   std::vector<Group> groups_;
+  std::vector<char> chosen_scratch_;  // update_params(indices)'s membership, sized once
 };
 
 // Builds the optimizer OptimizerOptions::name names; InvalidArgument (with "did you mean") otherwise.

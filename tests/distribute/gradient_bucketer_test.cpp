@@ -116,6 +116,31 @@ void check_reduction(int ranks, ReduceOp op) {
   }
 }
 
+TEST(GradientBucketer, HandsOverEachBucketInLaunchOrderAsItCompletes) {
+  const int ranks = 2;
+  CpuCommunicatorGroup group(ranks, CommunicatorOptions{20s});
+  auto models = replicas(ranks);
+  std::vector<std::vector<std::vector<int>>> seen(ranks);
+  expect_no_errors(run_ranks(ranks, [&](int r) {
+    ExecutionContext ctx(Device::cpu(), 1);
+    auto& model = *models[static_cast<size_t>(r)];
+    GradientBucketer bucketer(group.communicator(r), ctx, model.named_parameters(), kSmallBuckets);
+    auto params = model.parameters();
+    auto y = model(ctx, autograd::Variable(rank_input(r, 0)));
+    autograd::sum(ctx, y).backward(&ctx);
+    std::vector<float> own_last = params.back().grad().to_vector();
+    bucketer.finish([&](const std::vector<int>& indices) {
+      seen[static_cast<size_t>(r)].push_back(indices);
+      if (indices.front() == 3) {  // the first bucket: its gradient is already the reduced one
+        EXPECT_NE(params[3].grad().to_vector(), own_last);
+      }
+    });
+  }));
+  for (int r = 0; r < ranks; ++r) {
+    EXPECT_EQ(seen[static_cast<size_t>(r)], (std::vector<std::vector<int>>{{3, 2}, {1, 0}})) << "rank " << r;
+  }
+}
+
 TEST(GradientBucketer, SumsEveryReplicasGradientsInRankOrder) { check_reduction(3, ReduceOp::kSum); }
 TEST(GradientBucketer, AveragesWhenAsked) { check_reduction(2, ReduceOp::kAverage); }
 TEST(GradientBucketer, OneReplicaKeepsItsGradients) { check_reduction(1, ReduceOp::kSum); }

@@ -107,6 +107,33 @@ TEST(Optimizer, StateRoundTripContinuesIdentically) {
   EXPECT_EQ(flat_values(a), flat_values(b));
 }
 
+TEST(Optimizer, AStepInPartsEqualsOneStep) {
+  // What a replica does with gradient buckets: update the parameters part by part (in reverse
+  // order, as buckets complete), then finish the step. AdamW's bias correction counts steps, so
+  // a step counted too early or twice would show.
+  for (const char* name : {"sgd", "adamw"}) {
+    ExecutionContext ctx;
+    NamedParameters whole = two_params(), parts = two_params();
+    OptimizerOptions o{.name = name, .lr = 0.05f, .weight_decay = 0.01f, .momentum = 0.9f};
+    auto opt_whole = make_optimizer(whole, o), opt_parts = make_optimizer(parts, o);
+    for (int s = 0; s < 4; ++s) {
+      set_grads(whole, s);
+      set_grads(parts, s);
+      opt_whole->step(ctx);
+      opt_parts->update_params(ctx, {1});
+      opt_parts->update_params(ctx, {0});
+      opt_parts->finish_step();
+    }
+    EXPECT_EQ(flat_values(whole), flat_values(parts)) << name;
+    EXPECT_EQ(opt_parts->steps_taken(), 4) << name;
+  }
+  ExecutionContext ctx;
+  NamedParameters params = two_params();
+  auto opt = make_optimizer(params, OptimizerOptions{.name = "sgd"});
+  set_grads(params, 0);
+  EXPECT_THROW(opt->update_params(ctx, {2}), Error);
+}
+
 TEST(Optimizer, MissingGradientNamesTheParameter) {
   NamedParameters params = two_params();
   auto opt = make_optimizer(params, {.name = "sgd", .momentum = 0.0f});
