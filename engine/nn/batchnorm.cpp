@@ -1,5 +1,6 @@
-// BatchNorm2d: per-replica batch statistics in training, running statistics in eval,
-// with PyTorch's buffers (running_mean, running_var, num_batches_tracked).
+// BatchNorm2d: per-replica batch statistics in training (the global batch's once a replica
+// reducer is set), running statistics in eval, with PyTorch's buffers (running_mean,
+// running_var, num_batches_tracked).
 #include "engine/nn/init.h"
 #include "engine/nn/layers.h"
 
@@ -31,6 +32,10 @@ Variable BatchNorm2d::forward(ExecutionContext& ctx, const Variable& x) {
     return params_.fuse_relu ? autograd::relu(ctx, y) : y;
   }
   if (num_batches_tracked_->device().is_cpu()) ++num_batches_tracked_->data<int64_t>()[0];
+  if (synchronized()) {
+    return autograd::sync_batch_norm_training(ctx, x, weight_, bias_, *running_mean_, *running_var_, params_,
+                                              *reducer_);
+  }
   return autograd::batch_norm_training(ctx, x, weight_, bias_, *running_mean_, *running_var_, params_);
 }
 

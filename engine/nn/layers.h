@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/autograd/ops.h"
+#include "engine/autograd/sync_batch_norm.h"
 #include "engine/nn/module.h"
 
 namespace tandem::nn {
@@ -34,10 +35,15 @@ class BatchNorm2d : public Module {
   Variable forward(ExecutionContext& ctx, const Variable& x) override;
   Variable& weight() { return weight_; }
   Variable& bias() { return bias_; }
+  // SyncBatchNorm: with a reducer of more than one replica, training-mode statistics are those of
+  // the global batch (see autograd/sync_batch_norm.h); null restores per-replica statistics.
+  void set_replica_reducer(std::shared_ptr<autograd::ReplicaReducer> reducer) { reducer_ = std::move(reducer); }
+  bool synchronized() const { return reducer_ != nullptr && reducer_->world_size() > 1; }
 
  private:
   autograd::BatchNormParams params_;
   Variable weight_, bias_;
+  std::shared_ptr<autograd::ReplicaReducer> reducer_;
   Tensor* running_mean_;
   Tensor* running_var_;
   Tensor* num_batches_tracked_;  // i64 scalar, as PyTorch's buffer of that name

@@ -77,10 +77,15 @@ void ReplicaLoop::checkpoint(int64_t epoch, int64_t batches_into_epoch) {
   if (last_checkpoint_step_ == step_) return;  // the same state is saved already
   last_checkpoint_step_ = step_;
   ReplicaState& mine = shared_.positions[static_cast<size_t>(rank_)];
-  mine.data_position = {{"epoch", epoch}, {"batches", batches_into_epoch}};
+  // batches: this replica's batches into the epoch (equal on every replica: they step together);
+  // examples: the global position, which a run with another replica count resumes from.
+  mine.data_position = {{"epoch", epoch},
+                        {"batches", batches_into_epoch},
+                        {"global_batch", plan_.global_batch_size},
+                        {"examples", batches_into_epoch * plan_.global_batch_size}};
   mine.rng = ctx_->generator().state();
   // The checksum is a collective, so it also orders every replica's position write before the save.
-  distribute::verify_parameters(*comm_, *model_, /*include_buffers=*/false);  // BN statistics are per replica
+  distribute::verify_parameters(*comm_, *model_, buffers_identical_);
   if (rank_ == 0) {
     CheckpointMeta meta;
     meta.step = step_;

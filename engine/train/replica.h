@@ -45,6 +45,8 @@ class ReplicaLoop {
   void setup();
   // Returns the batches consumed in this epoch, and whether the epoch ran to its end.
   std::pair<int64_t, bool> train_epoch(int64_t epoch, int64_t skip_batches);
+  // The epoch and the batches into it where a resumed run starts (0, 0 for a fresh run).
+  std::pair<int64_t, int64_t> resume_position() const;
   bool all_have_batch(bool mine);
   void train_step(const Batch& batch, StepBreakdown& times);
   void log_step(int64_t epoch, int64_t step_in_epoch);
@@ -76,6 +78,7 @@ class ReplicaLoop {
   double timed_seconds_ = 0;
   double interval_input_ = 0, interval_total_ = 0;  // for the progress line's input-wait share
   int64_t dropped_ = 0;
+  bool buffers_identical_ = false;  // BatchNorm statistics equal across replicas (1 replica, or synchronised)
 };
 
 }  // namespace tandem::train

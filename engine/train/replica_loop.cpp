@@ -6,6 +6,7 @@
 
 #include "engine/autograd/ops.h"
 #include "engine/distribute/replica_sync.h"
+#include "engine/distribute/sync_batchnorm.h"
 #include "engine/nn/init.h"
 #include "engine/train/evaluation.h"
 #include "engine/train/replica.h"
@@ -45,9 +46,20 @@ void ReplicaLoop::setup() {
   if (shared_.resume) {
     auto path = shared_.checkpoints->path_for_step(shared_.resume->step);
     CheckpointManager::load(path, *model_, optimizer_.get());
-    ctx_->generator().set_state(shared_.resume->replicas[static_cast<size_t>(rank_)].rng);
+    const auto& saved = shared_.resume->replicas;
+    // A replica the checkpoint did not have (resumed with more replicas) keeps its fresh stream.
+    if (rank_ < static_cast<int>(saved.size())) ctx_->generator().set_state(saved[static_cast<size_t>(rank_)].rng);
     step_ = start_step_ = shared_.resume->step;
   }
+  if (config_.distribute.sync_batchnorm && plan_.replicas() > 1) {
+    int layers = distribute::convert_sync_batchnorm(*model_, *comm_);
+    if (rank_ == 0) {
+      spdlog::info("sync_batchnorm: {} BatchNorm layer(s) take their statistics over the global batch of {} replicas",
+                   layers, plan_.replicas());
+    }
+  }
+  // Running statistics are equal across replicas only when they come from the same batch.
+  buffers_identical_ = plan_.replicas() == 1 || config_.distribute.sync_batchnorm;
   distribute::broadcast_parameters(*comm_, *model_);
   bucketer_ = std::make_unique<distribute::GradientBucketer>(*comm_, *ctx_, model_->named_parameters(),
                                                              bucket_options(config_.distribute));
@@ -59,12 +71,7 @@ bool ReplicaLoop::done() const { return config_.loop.steps > 0 && step_ >= confi
 
 void ReplicaLoop::run() {
   setup();
-  int64_t first_epoch = 0, skip = 0;
-  if (shared_.resume) {
-    const auto& position = shared_.resume->replicas[static_cast<size_t>(rank_)].data_position;
-    first_epoch = position.value("epoch", shared_.resume->epoch);
-    skip = position.value("batches", int64_t{0});
-  }
+  auto [first_epoch, skip] = resume_position();
   int64_t last_epoch = config_.loop.steps > 0 ? INT64_MAX : config_.loop.epochs;
   int64_t epoch = first_epoch;
   for (; epoch < last_epoch && !done(); ++epoch) {
@@ -96,6 +103,21 @@ void ReplicaLoop::run() {
     s.per_replica_batch_size = plan_.per_replica_batch_size;
     s.device = plan_.devices.front().str();
   }
+}
+
+std::pair<int64_t, int64_t> ReplicaLoop::resume_position() const {
+  if (!shared_.resume) return {0, 0};
+  const auto& saved = shared_.resume->replicas;
+  if (static_cast<int>(saved.size()) == plan_.replicas()) {
+    const auto& mine = saved[static_cast<size_t>(rank_)].data_position;
+    return {mine.value("epoch", shared_.resume->epoch), mine.value("batches", int64_t{0})};
+  }
+  // Another replica count: the same number of the epoch's examples is consumed, in this run's
+  // order, as if the epoch had run with this many replicas from its start.
+  const auto& first = saved.front().data_position;
+  int64_t batches = first.value("batches", int64_t{0});
+  int64_t examples = first.value("examples", batches * first.value("global_batch", plan_.global_batch_size));
+  return {first.value("epoch", shared_.resume->epoch), examples / plan_.global_batch_size};
 }
 
 bool ReplicaLoop::all_have_batch(bool mine) {
@@ -147,7 +169,7 @@ std::pair<int64_t, bool> ReplicaLoop::train_epoch(int64_t epoch, int64_t skip_ba
     }
     log_step(epoch, batches);
     if (config_.distribute.checksum_every_steps > 0 && step_ % config_.distribute.checksum_every_steps == 0) {
-      distribute::verify_parameters(*comm_, *model_, /*include_buffers=*/false);  // BN statistics are per replica
+      distribute::verify_parameters(*comm_, *model_, buffers_identical_);
     }
     if (config_.loop.eval_every_steps > 0 && (step_ % config_.loop.eval_every_steps == 0 || done())) {
       evaluate(step_);
@@ -185,12 +207,28 @@ void ReplicaLoop::train_step(const Batch& batch, StepBreakdown& times) {
   loss.backward(ctx_.get());
   times.backward = seconds_since(t);
   t = Clock::now();
-  bucketer_->finish();
-  times.all_reduce = seconds_since(t);
-  t = Clock::now();
-  if (config_.loop.clip_grad_norm > 0) optim::clip_grad_norm(*ctx_, model_->named_parameters(), config_.loop.clip_grad_norm);
-  optimizer_->step(*ctx_);
-  times.optimizer = seconds_since(t);
+  if (config_.loop.clip_grad_norm > 0) {
+    // Clipping needs the norm of every gradient: wait for all buckets, then update.
+    bucketer_->finish();
+    times.all_reduce = seconds_since(t);
+    t = Clock::now();
+    optim::clip_grad_norm(*ctx_, model_->named_parameters(), config_.loop.clip_grad_norm);
+    optimizer_->step(*ctx_);
+  } else {
+    // Each bucket's parameters are updated as soon as it is reduced, while later buckets are
+    // still in flight; the time spent updating is taken out of the all-reduce wait.
+    double updating = 0;
+    bucketer_->finish([&](const std::vector<int>& params) {
+      auto u = Clock::now();
+      optimizer_->update_params(*ctx_, params);
+      updating += seconds_since(u);
+    });
+    optimizer_->finish_step();
+    times.all_reduce = seconds_since(t) - updating;
+    times.optimizer = updating;
+    t = Clock::now();
+  }
+  times.optimizer += seconds_since(t);
   // The loss is this replica's share of the global mean; scale back to a sum of example losses.
   loss_sum_ += static_cast<double>(loss.value().to_vector()[0]) * static_cast<double>(plan_.global_batch_size);
   correct_ += static_cast<double>(count_top_k(logits.value(), batch.labels, 1));

@@ -42,6 +42,22 @@ void check_setup(const TrainerSetup& s) {
   }
 }
 
+void log_replica_change(const CheckpointMeta& resume, const distribute::ReplicaPlan& plan) {
+  TANDEM_CHECK(!resume.replicas.empty(), ErrorCode::kDataLoss, "checkpoint of step {} holds no replica state",
+               resume.step);
+  if (static_cast<int>(resume.replicas.size()) == plan.replicas()) return;
+  const auto& position = resume.replicas.front().data_position;
+  int64_t batches = position.value("batches", int64_t{0});
+  int64_t examples = position.value("examples", batches * position.value("global_batch", plan.global_batch_size));
+  spdlog::info("the checkpoint was written by {} replica(s), this run has {}: it continues from the same global "
+               "position, {} examples into epoch {}, with this run's sharding",
+               resume.replicas.size(), plan.replicas(), examples, position.value("epoch", resume.epoch) + 1);
+  if (examples % plan.global_batch_size != 0) {
+    spdlog::warn("{} examples is not a whole number of global batches of {}: the last {} are seen again", examples,
+                 plan.global_batch_size, examples % plan.global_batch_size);
+  }
+}
+
 }  // namespace
 
 Trainer::Trainer(TrainerSetup setup) {
@@ -68,11 +84,8 @@ Trainer::Trainer(TrainerSetup setup) {
   s.checkpoints = std::make_unique<CheckpointManager>(dir, static_cast<int>(c.checkpoint.keep_last));
   if (auto path = resolve_resume(c.checkpoint.resume, *s.checkpoints)) {
     s.resume = validate_checkpoint(*path);
-    TANDEM_CHECK(static_cast<int>(s.resume->replicas.size()) == s.setup.plan.replicas(),
-                 ErrorCode::kUnimplemented,
-                 "checkpoint {} was written by {} replicas; resuming with {} replicas is not supported yet",
-                 path->string(), s.resume->replicas.size(), s.setup.plan.replicas());
     spdlog::info("resuming from {} (step {}, epoch {})", path->string(), s.resume->step, s.resume->epoch);
+    log_replica_change(*s.resume, s.setup.plan);
   }
   s.positions.resize(static_cast<size_t>(s.setup.plan.replicas()));
 }

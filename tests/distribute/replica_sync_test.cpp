@@ -1,6 +1,5 @@
 // Replicas identical: broadcast makes every replica equal to replica 0 (parameters and buffers),
-// the checksum catches a one-bit difference and names the tensor, and SyncBatchStats gives the
-// global batch statistics on every replica.
+// and the checksum catches a one-bit difference and names the tensor.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,7 +7,6 @@
 
 #include "engine/distribute/cpu_communicator.h"
 #include "engine/distribute/replica_sync.h"
-#include "engine/distribute/sync_batch_stats.h"
 #include "engine/nn/init.h"
 #include "engine/nn/layers.h"
 #include "tests/distribute/distribute_test_util.h"
@@ -97,45 +95,6 @@ TEST(ReplicaSync, ChecksumSeesEveryBit) {
     }
   }
   EXPECT_EQ(tensor_checksum(x), base);
-}
-
-TEST(SyncBatchStats, GlobalMeanAndVarianceOnEveryReplica) {
-  const int ranks = 3;
-  const int64_t c = 4;
-  // Replica r holds values r*c + ch + k for k in 0..(r+1): uneven counts per replica.
-  std::vector<std::vector<double>> all(c);
-  std::vector<std::vector<float>> means(ranks), vars(ranks);
-  for (int r = 0; r < ranks; ++r) {
-    for (int64_t ch = 0; ch < c; ++ch) {
-      for (int k = 0; k <= r; ++k) all[static_cast<size_t>(ch)].push_back(static_cast<double>(r * c + ch + k));
-    }
-  }
-  CpuCommunicatorGroup group(ranks, CommunicatorOptions{20s});
-  expect_no_errors(run_ranks(ranks, [&](int r) {
-    SyncBatchStats stats(group.communicator(r), c);
-    Tensor sum = Tensor::zeros({c}), sum_sq = Tensor::zeros({c}), mean = Tensor::zeros({c}), var = Tensor::zeros({c});
-    for (int64_t ch = 0; ch < c; ++ch) {
-      for (int k = 0; k <= r; ++k) {
-        float v = static_cast<float>(r * c + ch + k);
-        sum.data<float>()[ch] += v;
-        sum_sq.data<float>()[ch] += v * v;
-      }
-    }
-    EXPECT_EQ(stats.reduce(sum, sum_sq, r + 1, mean, var), 6);
-    means[static_cast<size_t>(r)] = mean.to_vector();
-    vars[static_cast<size_t>(r)] = var.to_vector();
-  }));
-  for (int64_t ch = 0; ch < c; ++ch) {
-    const auto& v = all[static_cast<size_t>(ch)];
-    double mu = 0, m2 = 0;
-    for (double x : v) mu += x / static_cast<double>(v.size());
-    for (double x : v) m2 += (x - mu) * (x - mu) / static_cast<double>(v.size());
-    for (int r = 0; r < ranks; ++r) {
-      EXPECT_NEAR(means[static_cast<size_t>(r)][static_cast<size_t>(ch)], mu, 1e-5);
-      EXPECT_NEAR(vars[static_cast<size_t>(r)][static_cast<size_t>(ch)], m2, 1e-4);
-      EXPECT_EQ(means[static_cast<size_t>(r)], means[0]);
-    }
-  }
 }
 
 }  // namespace

@@ -1,0 +1,32 @@
+// SyncBatchNorm over a Communicator: the replica reducer BatchNorm layers use for global batch
+// statistics, and convert_sync_batchnorm, which hands it to every BatchNorm2d of a model
+// (torch.nn.SyncBatchNorm.convert_sync_batchnorm's role).
+#pragma once
+
+#include <memory>
+
+#include "engine/autograd/sync_batch_norm.h"
+#include "engine/distribute/communicator.h"
+#include "engine/nn/module.h"
+
+namespace tandem::distribute {
+
+// The two collectives of SyncBatchNorm on this replica's communicator (CPU replicas: the
+// statistics travel as host tensors).
+class CommunicatorReducer final : public autograd::ReplicaReducer {
+ public:
+  explicit CommunicatorReducer(Communicator& comm);
+  int world_size() const override { return comm_->world_size(); }
+  void all_gather(const Tensor& x, const Tensor& out) override;
+  void all_reduce_sum(const Tensor& x) override;
+
+ private:
+  Communicator* comm_;
+};
+
+// Makes every BatchNorm2d in module (at any depth) compute its training statistics across the
+// communicator's replicas; returns how many layers it converted. Every replica must convert the
+// same model, since each layer adds collectives to the step.
+int convert_sync_batchnorm(nn::Module& module, Communicator& comm);
+
+}  // namespace tandem::distribute
