@@ -5,6 +5,7 @@
 #include <spdlog/sinks/ringbuffer_sink.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "data/pipeline/autotune.h"
@@ -130,6 +131,28 @@ TEST(PipelineThreads, AutotunedThreadsCarryToTheNextIterator) {
   }
   DatasetIterator next_epoch = ds.make_iterator(1, budget);
   EXPECT_EQ(next_epoch.stats()->snapshot()[0].parallelism, 4);
+}
+
+TEST(PipelineThreads, InterleaveAutotuneAdmitsMoreReadersWhileTheConsumerWaits) {
+  // Eight inputs of 40 elements, each element 1 ms to read: with 2 of 4 readers the consumer
+  // waits nearly all the time, so the tuner admits more.
+  auto slow = [](Element e) {
+    std::this_thread::sleep_for(1ms);
+    return e;
+  };
+  auto inputs = [slow](const Element& v) { return Dataset::range(v.record * 100, v.record * 100 + 40).map(slow); };
+  PipelineBudget budget;
+  budget.cpu_threads = 4;  // so num_parallel_calls=autotune is > 1 whatever the machine
+  Dataset ds = Dataset::range(0, 8).interleave(inputs, 4, 1, kAutotune, false);
+  CapturedLog log;
+  DatasetIterator it = ds.make_iterator(0, budget);
+  Element e;
+  std::vector<int64_t> got;
+  while (it.next(&e)) got.push_back(e.record);
+  EXPECT_EQ(got.size(), 320u);
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(std::adjacent_find(got.begin(), got.end()), got.end());  // none twice
+  EXPECT_NE(log.text().find("autotune: interleave num_parallel_calls 2 -> 3"), std::string::npos) << log.text();
 }
 
 }  // namespace
