@@ -84,17 +84,17 @@ class InterleaveIterator final : public Iterator {
 
 class SloppyInterleaveIterator final : public Iterator {
  public:
-  // learned: the node's tuned thread count when num_parallel_calls is autotuned, else null.
-  SloppyInterleaveIterator(const Node& input, InterleaveFn fn, size_t cycle_length, size_t buffer,
+  // threads: open inputs at most, each read by its own thread; learned: the node's tuned
+  // thread count when num_parallel_calls is autotuned, else null.
+  SloppyInterleaveIterator(const Node& input, InterleaveFn fn, int threads, size_t buffer,
                            std::shared_ptr<TunedValue> learned, const IteratorContext& ctx)
       : scope_(ctx.stop), ctx_(ctx), fn_(std::move(fn)), queue_(buffer, ctx.budget.queue_bytes),
         learned_(std::move(learned)),
-        tuner_("interleave", static_cast<int>(cycle_length), learned_ != nullptr,
-               learned_ ? static_cast<int>(learned_->get()) : 0),
-        active_(tuner_.active()), live_(static_cast<int>(cycle_length)) {
+        tuner_("interleave", threads, learned_ != nullptr, learned_ ? static_cast<int>(learned_->get()) : 0),
+        active_(tuner_.active()), live_(threads) {
     ctx_.stop = scope_.token();
     input_ = input->make_iterator(ctx_);
-    for (size_t i = 0; i < cycle_length; ++i) threads_.emplace_back([this, i] { work(static_cast<int>(i)); });
+    for (int i = 0; i < threads; ++i) threads_.emplace_back([this, i] { work(i); });
   }
 
   ~SloppyInterleaveIterator() override {
@@ -198,8 +198,8 @@ class InterleaveNode final : public DatasetNode {
     int64_t read_ahead = parallel > 1 ? std::max<int64_t>(block_length_ * 2, 16) : 0;
     if (parallel > 1 && !deterministic_) {
       // One thread per open input, as many as both cycle_length and num_parallel_calls allow.
-      int64_t threads = std::min<int64_t>(cycle, parallel);
-      return std::make_unique<SloppyInterleaveIterator>(input_, fn_, static_cast<size_t>(threads),
+      int threads = static_cast<int>(std::min<int64_t>(cycle, parallel));
+      return std::make_unique<SloppyInterleaveIterator>(input_, fn_, threads,
                                                         static_cast<size_t>(read_ahead * threads),
                                                         parallel_ == kAutotune ? learned_ : nullptr, ctx);
     }
