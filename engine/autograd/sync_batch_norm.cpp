@@ -201,7 +201,8 @@ Variable sync_batch_norm_training(ExecutionContext& ctx, const Variable& x, cons
                "distribute.sync_batchnorm: false",
                xv.defined() ? xv.describe() : std::string("undefined"));
   const ChannelLayout l = layout_of(xv);
-  for (const Tensor* t : std::initializer_list<const Tensor*>{&gamma.value(), &beta.value(), &running_mean, &running_var}) {
+  const std::initializer_list<const Tensor*> per_channel{&gamma.value(), &beta.value(), &running_mean, &running_var};
+  for (const Tensor* t : per_channel) {
     TANDEM_CHECK(t->dtype() == DType::kF32 && t->numel() == l.c && t->device().is_cpu(), ErrorCode::kInvalidArgument,
                  "SyncBatchNorm: expected f32[{}] cpu per-channel tensors for x {}, got {}", l.c, xv.describe(),
                  t->describe());
