@@ -49,6 +49,8 @@ class ReplicaLoop {
   std::pair<int64_t, int64_t> resume_position() const;
   bool all_have_batch(bool mine);
   void train_step(const Batch& batch, StepBreakdown& times);
+  // Waits for the reduced gradients and applies the optimizer (per bucket when it can).
+  void reduce_and_update(StepBreakdown& times);
   void log_step(int64_t epoch, int64_t step_in_epoch);
   void evaluate(int64_t step);
   void checkpoint(int64_t epoch, int64_t batches_into_epoch);

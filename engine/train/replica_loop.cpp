@@ -206,7 +206,15 @@ void ReplicaLoop::train_step(const Batch& batch, StepBreakdown& times) {
   t = Clock::now();
   loss.backward(ctx_.get());
   times.backward = seconds_since(t);
-  t = Clock::now();
+  reduce_and_update(times);
+  // The loss is this replica's share of the global mean; scale back to a sum of example losses.
+  loss_sum_ += static_cast<double>(loss.value().to_vector()[0]) * static_cast<double>(plan_.global_batch_size);
+  correct_ += static_cast<double>(count_top_k(logits.value(), batch.labels, 1));
+  seen_ += static_cast<double>(batch.labels.numel());
+}
+
+void ReplicaLoop::reduce_and_update(StepBreakdown& times) {
+  auto t = Clock::now();
   if (config_.loop.clip_grad_norm > 0) {
     // Clipping needs the norm of every gradient: wait for all buckets, then update.
     bucketer_->finish();
@@ -214,25 +222,20 @@ void ReplicaLoop::train_step(const Batch& batch, StepBreakdown& times) {
     t = Clock::now();
     optim::clip_grad_norm(*ctx_, model_->named_parameters(), config_.loop.clip_grad_norm);
     optimizer_->step(*ctx_);
-  } else {
-    // Each bucket's parameters are updated as soon as it is reduced, while later buckets are
-    // still in flight; the time spent updating is taken out of the all-reduce wait.
-    double updating = 0;
-    bucketer_->finish([&](const std::vector<int>& params) {
-      auto u = Clock::now();
-      optimizer_->update_params(*ctx_, params);
-      updating += seconds_since(u);
-    });
-    optimizer_->finish_step();
-    times.all_reduce = seconds_since(t) - updating;
-    times.optimizer = updating;
-    t = Clock::now();
+    times.optimizer = seconds_since(t);
+    return;
   }
-  times.optimizer += seconds_since(t);
-  // The loss is this replica's share of the global mean; scale back to a sum of example losses.
-  loss_sum_ += static_cast<double>(loss.value().to_vector()[0]) * static_cast<double>(plan_.global_batch_size);
-  correct_ += static_cast<double>(count_top_k(logits.value(), batch.labels, 1));
-  seen_ += static_cast<double>(batch.labels.numel());
+  // Each bucket's parameters are updated as soon as it is reduced, while later buckets are still
+  // in flight; the time spent updating is taken out of the all-reduce wait.
+  double updating = 0;
+  bucketer_->finish([&](const std::vector<int>& params) {
+    auto u = Clock::now();
+    optimizer_->update_params(*ctx_, params);
+    updating += seconds_since(u);
+  });
+  optimizer_->finish_step();
+  times.all_reduce = seconds_since(t) - updating;
+  times.optimizer = updating;
 }
 
 double ReplicaLoop::reduce_scalar_sum(double value) {
