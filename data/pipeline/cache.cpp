@@ -108,22 +108,24 @@ class FileFill final : public Iterator {
       : input_(std::move(input)), path_(path), writer_(std::make_unique<CacheFileWriter>(path)) {}
   bool next(Element* out) override {
     if (!writer_) return false;  // committed or failed: the input is not asked again
-    bool got = false;
     try {
-      got = input_->next(out);
+      if (input_->next(out)) {
+        writer_->append(*out);
+        return true;
+      }
+      writer_->commit();
     } catch (...) {
-      writer_.reset();  // removes the temporary file: as for MemoryFill, an error ends the pass
+      // As for MemoryFill, an error ends the pass, whether it came from the input, from writing
+      // (an element that cannot be stored, a full disk) or from completing the file: a writer
+      // kept alive could later commit a file that lacks the failed element, and one that failed
+      // to commit would report "committed twice" on the next call instead of the real cause.
+      writer_.reset();  // removes the temporary file
       throw;
     }
-    if (!got) {
-      writer_->commit();
-      spdlog::info("cache: wrote {} elements ({:.1f} MiB) to {}; later passes read it", writer_->elements(),
-                   static_cast<double>(writer_->bytes()) / (1 << 20), path_);
-      writer_.reset();
-      return false;
-    }
-    writer_->append(*out);
-    return true;
+    spdlog::info("cache: wrote {} elements ({:.1f} MiB) to {}; later passes read it", writer_->elements(),
+                 static_cast<double>(writer_->bytes()) / (1 << 20), path_);
+    writer_.reset();
+    return false;
   }
 
  private:

@@ -8,14 +8,17 @@
 // reader far past the end of the file.
 #include "data/pipeline/cache_file.h"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <atomic>
 #include <bit>
 #include <cerrno>
 #include <cstring>
+#include <span>
 #include <string_view>
-#include <vector>
 
 #include "data/crc32c.h"
 #include "engine/core/error.h"
@@ -75,11 +78,29 @@ class PayloadReader {
     return out;
   }
   bool done() const { return pos_ == data_.size(); }
+  size_t left() const { return data_.size() - pos_; }
 
  private:
   std::string_view data_;
   size_t pos_ = 0;
 };
+
+// The bytes of a tensor of this shape, checked before anything is allocated: a shape that a
+// damaged (or crafted) file makes up must neither overflow Shape::numel nor ask for more
+// memory than the payload holds. A zero dimension makes the tensor empty whatever the others.
+size_t checked_nbytes(std::span<const int64_t> dims, DType dtype, size_t left) {
+  bool empty = std::find(dims.begin(), dims.end(), 0) != dims.end();
+  const uint64_t limit = (empty ? uint64_t{INT64_MAX} : left) / dtype_size(dtype);
+  uint64_t numel = 1;
+  for (int64_t d : dims) {
+    if (d == 0) continue;
+    TANDEM_CHECK(static_cast<uint64_t>(d) <= limit / numel, ErrorCode::kDataLoss,
+                 "a tensor's shape [{}] does not fit the {} bytes left in the payload", fmt::join(dims, ", "),
+                 left);
+    numel *= static_cast<uint64_t>(d);
+  }
+  return empty ? 0 : static_cast<size_t>(numel) * dtype_size(dtype);
+}
 
 Tensor parse_tensor(PayloadReader& in) {
   auto dtype = in.get<uint8_t>("a tensor's dtype");
@@ -88,15 +109,17 @@ Tensor parse_tensor(PayloadReader& in) {
   in.get<uint8_t>("a tensor's header");
   TANDEM_CHECK(dtype <= static_cast<uint8_t>(DType::kU8) && format <= 1 && rank <= Shape::kMaxRank,
                ErrorCode::kDataLoss, "a tensor header is invalid (dtype {}, format {}, rank {})", dtype, format, rank);
-  std::vector<int64_t> dims(rank);
+  std::array<int64_t, Shape::kMaxRank> storage{};  // no allocation per tensor on replay
+  std::span<int64_t> dims(storage.data(), rank);
   for (int64_t& d : dims) {
     d = in.get<int64_t>("a tensor's shape");
     TANDEM_CHECK(d >= 0, ErrorCode::kDataLoss, "a tensor has a negative dimension {}", d);
   }
-  Shape shape{std::span<const int64_t>(dims)};
-  Tensor t = Tensor::empty(shape, static_cast<DType>(dtype), Device::cpu(), static_cast<MemoryFormat>(format));
-  std::string_view data = in.take(t.nbytes(), "a tensor's data");
-  std::memcpy(t.raw_data(), data.data(), data.size());
+  size_t nbytes = checked_nbytes(dims, static_cast<DType>(dtype), in.left());
+  std::string_view data = in.take(nbytes, "a tensor's data");
+  Tensor t = Tensor::empty(Shape{std::span<const int64_t>(dims)}, static_cast<DType>(dtype), Device::cpu(),
+                           static_cast<MemoryFormat>(format));
+  if (!data.empty()) std::memcpy(t.raw_data(), data.data(), data.size());  // an empty tensor may have no storage
   return t;
 }
 
@@ -216,11 +239,11 @@ std::unique_ptr<CacheFileReader> CacheFileReader::open(const std::string& path, 
     return nullptr;
   }
   std::fseek(file, static_cast<long>(kCacheHeaderBytes), SEEK_SET);
-  return std::unique_ptr<CacheFileReader>(new CacheFileReader(path, file, count));
+  return std::unique_ptr<CacheFileReader>(new CacheFileReader(path, file, count, kCacheHeaderBytes + body));
 }
 
-CacheFileReader::CacheFileReader(std::string path, std::FILE* file, uint64_t count)
-    : path_(std::move(path)), file_(file), count_(count) {}
+CacheFileReader::CacheFileReader(std::string path, std::FILE* file, uint64_t count, uint64_t end)
+    : path_(std::move(path)), file_(file), count_(count), end_(end) {}
 
 CacheFileReader::~CacheFileReader() { std::fclose(file_); }
 
@@ -244,6 +267,12 @@ bool CacheFileReader::next(Element* out) {
   std::memcpy(&length, frame, 8);
   std::memcpy(&crc, frame + 8, 4);
   if (crc != crc32c(frame, 8)) corrupt("the length is damaged (CRC mismatch)");
+  // A length with a valid CRC may still be made up: bound it by the body the header declared
+  // (and the open checked against the file size) before allocating for it.
+  const uint64_t left = end_ - offset_;
+  if (left < sizeof(crc) || length > left - sizeof(crc)) {
+    corrupt(fmt::format("its length {} runs past the end of the body ({} bytes left)", length, left));
+  }
   payload_.resize(length);
   read(payload_.data(), length, "the payload");
   read(&crc, sizeof(crc), "the payload's CRC");

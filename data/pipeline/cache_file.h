@@ -60,13 +60,14 @@ class CacheFileReader {
   uint64_t elements() const { return count_; }
 
  private:
-  CacheFileReader(std::string path, std::FILE* file, uint64_t count);
+  CacheFileReader(std::string path, std::FILE* file, uint64_t count, uint64_t end);
   void read(void* data, size_t size, const char* what);
   [[noreturn]] void corrupt(const std::string& what) const;
 
   std::string path_;
   std::FILE* file_;
   uint64_t count_;
+  uint64_t end_;  // header + body bytes, which open() matched against the file's size
   uint64_t index_ = 0;
   uint64_t offset_ = kCacheHeaderBytes;
   uint64_t element_offset_ = kCacheHeaderBytes;
