@@ -35,7 +35,7 @@ struct PipelineConfig {
 
   int64_t num_parallel_calls = kAutotune;  // the decode + augment map
   bool cache = false;                      // keep this replica's records in memory after epoch 1
-  std::string cache_file;                  // non-empty: cache in files "<cache_file>.replica-R-of-N" instead
+  std::string cache_file;                  // non-empty: cache in files "<cache_file>.replica-R-of-N.<crc>"
   int64_t batch_size = 32;                 // per replica, unless global_batch_size is given
   int64_t global_batch_size = 0;           // > 0: split evenly over the replicas instead
   bool drop_remainder = true;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <set>
 
 #include "data/crc32c.h"
@@ -25,15 +26,24 @@ size_t memory_budget_bytes(const PipelineConfig& config) {
 }
 
 // "<cache_file>.replica-R-of-N.<crc>": the CRC covers what decides the cached records (the
-// replica's files, its record shard, how they are read and in which order, since under record
-// sharding the order decides which records a replica keeps), so a changed data set, shard plan or
-// an eval_data section given the same path gets a file of its own instead of stale records.
+// replica's files with their sizes and modification times, its record shard, how they are read
+// and in which order, since under record sharding the order decides which records a replica
+// keeps), so a changed data set, shard plan or an eval_data section given the same path gets a
+// file of its own instead of stale records. The seed and shuffle are not in it: nothing ahead of
+// a cache is shuffled (build_replica_dataset).
 std::string cache_file_name(const PipelineConfig& config, const ShardPlan& plan, int replica) {
   const ReplicaShard& shard = plan.replicas.at(static_cast<size_t>(replica));
-  std::string identity = fmt::format("{}/{}/{}/{}/{}/{}/{}/{}\n", shard.record_stride, shard.record_offset,
+  std::string identity = fmt::format("{}/{}/{}/{}/{}/{}\n", shard.record_stride, shard.record_offset,
                                      compression_name(config.compression), on_corrupt_name(config.on_corrupt),
-                                     config.cycle_length, config.block_length, config.shuffle_buffer > 0, config.seed);
-  for (const std::string& file : shard.files) identity += file + "\n";
+                                     config.cycle_length, config.block_length);
+  for (const std::string& file : shard.files) {
+    // A file that cannot be looked at counts as -1; reading it will say what is wrong.
+    std::error_code size_error, time_error;
+    uintmax_t size = std::filesystem::file_size(file, size_error);
+    auto mtime = std::filesystem::last_write_time(file, time_error).time_since_epoch().count();
+    identity += fmt::format("{} {} {}\n", file, size_error ? -1 : static_cast<int64_t>(size),
+                            time_error ? -1 : static_cast<int64_t>(mtime));
+  }
   return fmt::format("{}.replica-{}-of-{}.{:08x}", config.cache_file, replica, plan.replicas.size(),
                      crc32c(identity));
 }
@@ -59,7 +69,12 @@ Dataset build_replica_dataset(const PipelineConfig& config, const ShardPlan& pla
   // Under data sharding every replica must see the same file order, so the file shuffle uses
   // the common seed; under file sharding each replica shuffles its own files.
   uint64_t file_seed = config.seed + (by_file ? static_cast<uint64_t>(replica) * 0x9e3779b9ULL : 0);
-  bool shuffle_files = config.shuffle_buffer > 0 && shard.files.size() > 1;
+  // No file shuffle ahead of a cache: each replica fills its cache in whichever epoch it first
+  // completes a pass, and under data sharding the per-epoch file order decides which records a
+  // replica keeps, so caches filled in different epochs would overlap and miss records. The
+  // element shuffle after the cache still gives every epoch its own order.
+  const bool cached = config.cache || !config.cache_file.empty();
+  bool shuffle_files = config.shuffle_buffer > 0 && shard.files.size() > 1 && !cached;
   Dataset ds = Dataset::from_files(shard.files, shuffle_files, file_seed);
 
   TFRecordReaderOptions reader;

@@ -5,11 +5,15 @@
 #include <spdlog/sinks/ringbuffer_sink.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
+#include "data/crc32c.h"
 #include "data/pipeline/dataset.h"
 #include "data/pipeline/pipeline_config.h"
 #include "data/pipeline/replica_pipeline.h"
@@ -156,6 +160,52 @@ TEST(PipelineDataset, CacheAfterAnErrorCachesNothing) {
   EXPECT_EQ(calls->load(), before + 14);
 }
 
+// An element the file cannot hold (an undefined tensor) ends the pass like an input error: the
+// pass must not go on and commit a file that lacks it.
+TEST(PipelineDataset, CacheFileWriteErrorEndsThePassAndLeavesNoFile) {
+  ScratchDir dir;
+  const std::string path = dir.path("train.cache");
+  auto unstorable = Dataset::range(0, 10).map([](Element e) {
+    if (e.record == 4) e.tensors.push_back(Tensor{});
+    return e;
+  });
+  DatasetIterator it = unstorable.cache(path).make_iterator();
+  Element e;
+  int delivered = 0;
+  try {
+    while (it.next(&e)) ++delivered;
+    FAIL() << "an element with an undefined tensor was cached";
+  } catch (const Error& err) {
+    EXPECT_EQ(err.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(err.what()).find("undefined"), std::string::npos) << err.what();
+  }
+  EXPECT_EQ(delivered, 4);
+  EXPECT_FALSE(it.next(&e));  // ends after the error, does not go on past it
+  EXPECT_FALSE(fs::exists(path));
+  EXPECT_TRUE(others(dir, path).empty());
+}
+
+// Completing the file fails (the name is taken by a folder): the error says so, and the next
+// call ends the pass instead of failing again with "committed twice".
+TEST(PipelineDataset, CacheFileCommitErrorIsReportedOnce) {
+  ScratchDir dir;
+  const std::string path = dir.path("train.cache");
+  fs::create_directories(path + "/occupied");
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  DatasetIterator it = counted_source(calls, 3).cache(path).make_iterator();
+  Element e;
+  try {
+    while (it.next(&e)) {
+    }
+    FAIL() << "the rename onto a folder succeeded";
+  } catch (const Error& err) {
+    EXPECT_EQ(err.code(), ErrorCode::kResourceExhausted);
+    EXPECT_NE(std::string(err.what()).find("completing it"), std::string::npos) << err.what();
+  }
+  EXPECT_NO_THROW(EXPECT_FALSE(it.next(&e)));
+  EXPECT_EQ(others(dir, path).size(), 0u);  // the temporary file is gone
+}
+
 TEST(PipelineDataset, CacheFileTruncatedOrForeignIsRebuiltWithAWarning) {
   ScratchDir dir;
   const std::string path = dir.path("train.cache");
@@ -205,6 +255,78 @@ TEST(PipelineDataset, CacheFileDamagedElementNamesFileAndOffset) {
   }
 }
 
+template <typename T>
+void put(std::string* out, T value) {
+  out->append(reinterpret_cast<const char*>(&value), sizeof(T));
+}
+
+// A cache file of one element whose frame says `length` and whose payload is `payload`, every
+// CRC correct: only the bounds checks can catch what it makes up.
+void write_crafted(const std::string& path, uint64_t length, const std::string& payload) {
+  std::string body;
+  put(&body, length);
+  put(&body, crc32c(body));
+  body += payload;
+  put(&body, crc32c(payload));
+  std::string header("TNDMCACH", 8);
+  put(&header, uint32_t{1});
+  put(&header, uint32_t{0});
+  put(&header, uint64_t{1});
+  put(&header, static_cast<uint64_t>(body.size()));
+  put(&header, crc32c(header));
+  put(&header, uint32_t{0});
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << header << body;
+}
+
+// A payload of one f32 tensor with the given dims and 8 bytes of data.
+std::string payload_with_shape(const std::vector<int64_t>& dims) {
+  std::string p;
+  put(&p, int64_t{0});
+  put(&p, uint32_t{0});
+  put(&p, uint32_t{0});
+  put(&p, uint32_t{1});
+  for (uint8_t b : {uint8_t{0}, uint8_t{0}, static_cast<uint8_t>(dims.size()), uint8_t{0}}) put(&p, b);
+  for (int64_t d : dims) put(&p, d);
+  return p + std::string(8, '\0');
+}
+
+// Made-up lengths and shapes with correct CRCs are kDataLoss naming the file and offset, not
+// bad_alloc or an overflowed size.
+TEST(PipelineDataset, CacheFileCraftedLengthOrShapeIsDataLoss) {
+  ScratchDir dir;
+  const std::string path = dir.path("crafted.cache");
+  const std::string ok = payload_with_shape({2});
+  struct Crafted {
+    uint64_t length;
+    std::string payload, expected;
+  };
+  const std::vector<Crafted> cases{
+      {uint64_t{1} << 62, ok, "runs past the end of the body"},
+      {ok.size() + 1, ok, "runs past the end of the body"},
+      {0, payload_with_shape({1 << 20, 1 << 20}), "does not fit"},     // 4 TiB
+      {0, payload_with_shape({int64_t{1} << 62, 4}), "does not fit"},  // numel overflows
+      {0, payload_with_shape({int64_t{1} << 40, int64_t{1} << 40, 0}), "does not fit"},
+  };
+  for (const Crafted& c : cases) {
+    write_crafted(path, c.length != 0 ? c.length : c.payload.size(), c.payload);
+    SCOPED_TRACE(c.expected + " " + std::to_string(c.length));
+    try {
+      records_of(Dataset::range(0, 1).cache(path));
+      FAIL() << "a crafted element was delivered";
+    } catch (const Error& err) {
+      std::string message = err.what();
+      EXPECT_EQ(err.code(), ErrorCode::kDataLoss);
+      EXPECT_NE(message.find(path), std::string::npos) << message;
+      EXPECT_NE(message.find("element 0 at offset 40"), std::string::npos) << message;
+      EXPECT_NE(message.find(c.expected), std::string::npos) << message;
+    }
+  }
+  // An empty tensor with huge other dimensions is well-formed (and its shape does not overflow).
+  std::string empty = payload_with_shape({int64_t{1} << 20, 0});
+  write_crafted(path, empty.size() - 8, empty.substr(0, empty.size() - 8));
+  EXPECT_EQ(records_of(Dataset::range(0, 1).cache(path)), std::vector<int64_t>{0});
+}
+
 TEST(PipelineDataset, CacheFileInAMissingFolderSaysWhatToDo) {
   auto calls = std::make_shared<std::atomic<int>>(0);
   try {
@@ -233,6 +355,62 @@ TEST(PipelineDataset, ReplicaPipelineCachesToOneFilePerReplica) {
   // With the TFRecords gone, only the cache file can deliver the second epoch.
   for (const std::string& f : files) fs::remove(f);
   EXPECT_EQ(testing::labels_of(pipelines.datasets[1], 1), first);
+}
+
+// A data set whose files were rewritten or touched gets a new cache file, not the old records.
+TEST(PipelineDataset, ReplicaCacheFileNameFollowsFileSizesAndTimes) {
+  ScratchDir dir;
+  auto files = testing::write_labelled_files(dir.path("d"), {4, 4});
+  PipelineConfig config = parse_pipeline_config("data:\n  files: " + dir.path("d-*.tfrecord") +
+                                                "\n  cache_file: " + dir.path("c") +
+                                                "\n  shuffle_buffer: 0\n  batch_size: 2\n"
+                                                "  image: {format: raw, raw_shape: [2, 2, 1], height: 0, width: 0,"
+                                                " augment: {random_resized_crop: false, horizontal_flip: false}}\n");
+  auto one_pass = [&] { testing::labels_of(build_replica_pipelines(config, 1).datasets[0]); };
+  one_pass();
+  one_pass();
+  EXPECT_EQ(count_named(dir, "c.replica-0-of-1."), 1);  // the same data set reuses its file
+  fs::last_write_time(files[0], fs::last_write_time(files[0]) + std::chrono::seconds(10));
+  one_pass();
+  EXPECT_EQ(count_named(dir, "c.replica-0-of-1."), 2);
+  testing::write_labelled_files(dir.path("d"), {4, 5});  // rewritten, file 1 with a record more
+  one_pass();
+  EXPECT_EQ(count_named(dir, "c.replica-0-of-1."), 3);
+}
+
+// Under record sharding each replica keeps records by position in the reading order. Replicas
+// fill their caches in whichever epoch they first complete a pass; the caches must still cover
+// every record exactly once, so the order ahead of a cache must not change with the epoch.
+TEST(PipelineDataset, ReplicaCachesFilledInDifferentEpochsCoverEveryRecordOnce) {
+  for (bool in_memory : {false, true}) {
+    SCOPED_TRACE(in_memory ? "cache: true" : "cache_file");
+    ScratchDir dir;
+    auto files = testing::write_labelled_files(dir.path("d"), {5, 6, 7, 8, 9});
+    PipelineConfig config = parse_pipeline_config(
+        "data:\n  files: " + dir.path("d-*.tfrecord") + "\n" +
+        (in_memory ? std::string("  cache: true\n") : "  cache_file: " + dir.path("c") + "\n") +
+        "  shard_policy: data\n  shuffle_buffer: 16\n  seed: 5\n  batch_size: 2\n  drop_remainder: false\n"
+        "  image: {format: raw, raw_shape: [2, 2, 1], height: 0, width: 0,"
+        " augment: {random_resized_crop: false, horizontal_flip: false}}\n");
+    ReplicaPipelines pipelines = build_replica_pipelines(config, 3);
+    std::map<int64_t, int> seen;
+    std::vector<std::vector<int64_t>> cached(3);
+    for (int r = 0; r < 3; ++r) {  // replica r completes its first pass in epoch r
+      cached[static_cast<size_t>(r)] = testing::labels_of(pipelines.datasets[static_cast<size_t>(r)], r);
+      for (int64_t label : cached[static_cast<size_t>(r)]) ++seen[label];
+    }
+    ASSERT_EQ(seen.size(), 35u);
+    for (const auto& [label, count] : seen) EXPECT_EQ(count, 1) << "label " << label;
+    // Later epochs replay the caches (the TFRecords are gone): the same records, newly shuffled.
+    for (const std::string& f : files) fs::remove(f);
+    for (int r = 0; r < 3; ++r) {
+      std::vector<int64_t> replay = testing::labels_of(pipelines.datasets[static_cast<size_t>(r)], 7);
+      std::vector<int64_t> first = cached[static_cast<size_t>(r)];
+      std::sort(replay.begin(), replay.end());
+      std::sort(first.begin(), first.end());
+      EXPECT_EQ(replay, first) << "replica " << r;
+    }
+  }
 }
 
 }  // namespace
