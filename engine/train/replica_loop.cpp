@@ -114,10 +114,8 @@ std::pair<int64_t, int64_t> ReplicaLoop::resume_position() const {
   }
   // Another replica count: the same number of the epoch's examples is consumed, in this run's
   // order, as if the epoch had run with this many replicas from its start.
-  const auto& first = saved.front().data_position;
-  int64_t batches = first.value("batches", int64_t{0});
-  int64_t examples = first.value("examples", batches * first.value("global_batch", plan_.global_batch_size));
-  return {first.value("epoch", shared_.resume->epoch), examples / plan_.global_batch_size};
+  int64_t examples = examples_into_epoch(saved.front(), plan_.global_batch_size);
+  return {saved.front().data_position.value("epoch", shared_.resume->epoch), examples / plan_.global_batch_size};
 }
 
 bool ReplicaLoop::all_have_batch(bool mine) {

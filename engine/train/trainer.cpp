@@ -47,8 +47,7 @@ void log_replica_change(const CheckpointMeta& resume, const distribute::ReplicaP
                resume.step);
   if (static_cast<int>(resume.replicas.size()) == plan.replicas()) return;
   const auto& position = resume.replicas.front().data_position;
-  int64_t batches = position.value("batches", int64_t{0});
-  int64_t examples = position.value("examples", batches * position.value("global_batch", plan.global_batch_size));
+  int64_t examples = examples_into_epoch(resume.replicas.front(), plan.global_batch_size);
   spdlog::info("the checkpoint was written by {} replica(s), this run has {}: it continues from the same global "
                "position, {} examples into epoch {}, with this run's sharding",
                resume.replicas.size(), plan.replicas(), examples, position.value("epoch", resume.epoch) + 1);
