@@ -177,4 +177,13 @@ void validate(const TrainConfig& c) {
                ErrorCode::kInvalidArgument, "checkpoint.resume: use none, auto or a checkpoint directory");
 }
 
+distribute::ReplicaPlanRequest plan_request(const TrainConfig& c) {
+  distribute::ReplicaPlanRequest request;
+  request.device = c.device.device;
+  request.devices = c.device.devices;
+  request.global_batch_size = c.loop.global_batch_size;
+  request.per_replica_batch_size = c.loop.per_replica_batch_size;
+  return request;
+}
+
 }  // namespace tandem::train

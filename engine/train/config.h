@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/core/yaml_walk.h"
+#include "engine/distribute/replica_plan.h"
 #include "engine/optim/optimizer.h"
 #include "engine/optim/schedule.h"
 
@@ -87,5 +88,9 @@ void add_train_keys(TrainConfig& config, yaml::Keys& keys);
 
 // Checks across sections (exactly one batch size, schedule milestones within the run, ...).
 void validate(const TrainConfig& config);
+
+// The replica-plan request of the device and batch keys; how many GPUs are usable, and why not,
+// is for the caller to add (the trainer asks the doctor).
+distribute::ReplicaPlanRequest plan_request(const TrainConfig& config);
 
 }  // namespace tandem::train

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/core/error.h"
+#include "engine/train/config.h"
 #include "tools/trainer/doctor_config.h"
 
 namespace tandem::tools {
@@ -82,12 +83,7 @@ TEST(DoctorConfigTest, WarnsForNetworkAndRotationalStorage) {
 
 // The plan function of the trainer with the doctor left out: the CPU only.
 distribute::ReplicaPlan cpu_plan(const train::TrainConfig& c) {
-  distribute::ReplicaPlanRequest request;
-  request.device = c.device.device;
-  request.devices = c.device.devices;
-  request.global_batch_size = c.loop.global_batch_size;
-  request.per_replica_batch_size = c.loop.per_replica_batch_size;
-  return distribute::plan_replicas(request);
+  return distribute::plan_replicas(train::plan_request(c));
 }
 
 TEST(DoctorConfigTest, BatchThatDoesNotDivideIsNotReady) {

@@ -12,11 +12,7 @@
 namespace tandem::tools {
 
 distribute::ReplicaPlan plan_for(const train::TrainConfig& c) {
-  distribute::ReplicaPlanRequest request;
-  request.device = c.device.device;
-  request.devices = c.device.devices;
-  request.global_batch_size = c.loop.global_batch_size;
-  request.per_replica_batch_size = c.loop.per_replica_batch_size;
+  distribute::ReplicaPlanRequest request = train::plan_request(c);
   if (c.device.device != "cpu" && !c.device.devices.starts_with("cpu:")) {
     backend::DoctorOptions options;
     options.probe_plugin = true;
