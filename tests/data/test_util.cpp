@@ -3,12 +3,10 @@
 #include "tests/data/test_util.h"
 
 #include <google/protobuf/util/json_util.h>
-#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <random>
 #include <sstream>
 #include <stdexcept>
 
@@ -150,17 +148,6 @@ google::protobuf::Struct load_manifest(const fs::path& corpus) {
   auto status = google::protobuf::util::JsonStringToMessage(read_file(corpus / "manifest.json"), &manifest);
   if (!status.ok()) throw std::runtime_error("manifest.json does not parse: " + status.ToString());
   return manifest;
-}
-
-TempDir::TempDir() {
-  std::random_device rd;
-  path_ = fs::temp_directory_path() / ("tandem_data_test_" + std::to_string(::getpid()) + "_" + std::to_string(rd()));
-  fs::create_directories(path_);
-}
-
-TempDir::~TempDir() {
-  std::error_code ec;
-  fs::remove_all(path_, ec);
 }
 
 }  // namespace tandem::data::testing

@@ -10,6 +10,8 @@
 #include <string>
 #include <string_view>
 
+#include "tests/support/temp_dir.h"
+
 namespace tandem::data::testing {
 
 // The folder holding the TFRecord corpus (…/conformance/tfrecord): $TANDEM_CONFORMANCE_DIR
@@ -41,16 +43,6 @@ void write_file(const std::filesystem::path& path, std::string_view bytes);
 // Parses manifest.json into a google.protobuf.Struct (numbers become doubles).
 google::protobuf::Struct load_manifest(const std::filesystem::path& corpus);
 
-// A fresh folder under the system temp dir, removed when the object dies.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  const std::filesystem::path& path() const { return path_; }
-  std::string file(std::string_view name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
+using ::tandem::testing::TempDir;
 
 }  // namespace tandem::data::testing

@@ -1,26 +1,12 @@
 // Temporary folders and whole-file I/O for tests/tools.
 #include "tests/tools/run_outputs_test_util.h"
 
-#include <stdlib.h>
 
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
 
 namespace tandem::tools::testing {
-
-TempDir::TempDir() {
-  std::string tmpl = (std::filesystem::temp_directory_path() / "tandem-tools-XXXXXX").string();
-  char* made = ::mkdtemp(tmpl.data());
-  if (made == nullptr) throw std::runtime_error("mkdtemp failed for " + tmpl);
-  path_ = made;
-}
-
-TempDir::~TempDir() {
-  std::error_code ec;
-  std::filesystem::permissions(path_, std::filesystem::perms::owner_all, std::filesystem::perm_options::add, ec);
-  std::filesystem::remove_all(path_, ec);
-}
 
 std::string read_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);

@@ -11,21 +11,11 @@
 #include "engine/nn/layers.h"
 #include "engine/optim/optimizer.h"
 #include "engine/train/safetensors.h"
+#include "tests/support/temp_dir.h"
 
 namespace tandem::train::testing {
 
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  std::filesystem::path path_;
-};
+using ::tandem::testing::TempDir;
 
 std::vector<uint8_t> read_bytes(const std::filesystem::path& path);
 void write_bytes(const std::filesystem::path& path, const std::vector<uint8_t>& bytes);
