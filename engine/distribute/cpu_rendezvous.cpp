@@ -59,11 +59,7 @@ void Rendezvous::barrier(int rank, std::unique_lock<std::mutex>& lock) {
       const CollectiveDesc& mine = slots_[static_cast<size_t>(rank)];
       failed_ = true;
       failure_code_ = ErrorCode::kDeadlineExceeded;
-      failure_ = fmt::format(
-          "watchdog: {} did not arrive at {} within {:.3f} s (replica {} waited); a replica that stops "
-          "calling collectives (a hang, an endless loop, an uneven input) stops the group; the timeout is "
-          "CommunicatorOptions::timeout",
-          missing_ranks(my_count), describe(mine), std::chrono::duration<double>(timeout_).count(), rank);
+      failure_ = not_arrived_message(missing_ranks(my_count), mine, timeout_, rank);
       cv_.notify_all();
     }
   }
@@ -82,20 +78,35 @@ std::string Rendezvous::missing_ranks(uint64_t my_count) const {
   return names;
 }
 
+bool same_collective(const CollectiveDesc& a, const CollectiveDesc& b) {
+  return a.kind == b.kind && a.dtype == b.dtype && a.count == b.count && a.bucket == b.bucket && a.step == b.step &&
+         (a.kind != CollectiveKind::kAllReduce || a.op == b.op) &&
+         (a.kind != CollectiveKind::kBroadcast || a.root == b.root);
+}
+
+std::string mismatch_message(int rank_a, const CollectiveDesc& a, int rank_b, const CollectiveDesc& b) {
+  return fmt::format(
+      "mismatched collectives: replica {} called {} while replica {} called {}; every replica must call the same "
+      "collectives with the same sizes in the same order",
+      rank_a, describe(a), rank_b, describe(b));
+}
+
+std::string not_arrived_message(const std::string& missing, const CollectiveDesc& waiting_in,
+                                std::chrono::milliseconds timeout, int waiting_rank) {
+  return fmt::format(
+      "watchdog: {} did not arrive at {} within {:.3f} s (replica {} waited); a replica that stops calling "
+      "collectives (a hang, an endless loop, an uneven input) stops the group; the timeout is "
+      "CommunicatorOptions::timeout",
+      missing, describe(waiting_in), std::chrono::duration<double>(timeout).count(), waiting_rank);
+}
+
 void Rendezvous::check_match() const {
   // Every rank runs the same comparison on the same slots, so all of them throw or none does.
   const CollectiveDesc& a = slots_[0];
   for (int r = 1; r < world_size_; ++r) {
     const CollectiveDesc& b = slots_[static_cast<size_t>(r)];
-    bool same = a.kind == b.kind && a.dtype == b.dtype && a.count == b.count && a.bucket == b.bucket &&
-                a.step == b.step && a.sequence == b.sequence &&
-                (a.kind != CollectiveKind::kAllReduce || a.op == b.op) &&
-                (a.kind != CollectiveKind::kBroadcast || a.root == b.root);
-    if (!same) {
-      auto message = fmt::format(
-          "mismatched collectives: replica 0 called {} while replica {} called {}; every replica must call "
-          "the same collectives with the same sizes in the same order",
-          describe(a), r, describe(b));
+    if (!same_collective(a, b) || a.sequence != b.sequence) {
+      auto message = mismatch_message(0, a, r, b);
       const_cast<Rendezvous*>(this)->fail(ErrorCode::kFailedPrecondition, message);
       throw Error(ErrorCode::kFailedPrecondition, message);
     }

@@ -33,6 +33,15 @@ struct CollectiveDesc {
 // "all_reduce(sum, 1000 x f32, bucket 3) #17 at step 12"
 std::string describe(const CollectiveDesc& desc);
 
+// What every communicator checks and says alike (the CPU rendezvous and NCCL's launch record):
+// whether two ranks' collectives agree (kind, dtype, count, bucket, step, and the op or root
+// where it matters; not the sequence), the mismatch error's text, and the watchdog's text for
+// ranks that did not arrive.
+bool same_collective(const CollectiveDesc& a, const CollectiveDesc& b);
+std::string mismatch_message(int rank_a, const CollectiveDesc& a, int rank_b, const CollectiveDesc& b);
+std::string not_arrived_message(const std::string& missing, const CollectiveDesc& waiting_in,
+                                std::chrono::milliseconds timeout, int waiting_rank);
+
 class Rendezvous {
  public:
   Rendezvous(int world_size, std::chrono::milliseconds timeout);

@@ -41,11 +41,8 @@ class NcclGroupState {
       std::lock_guard lock(mutex_);
       for (int q = 0; q < world_size() && mismatch.empty(); ++q) {
         const CollectiveDesc& other = recent_[static_cast<size_t>(q)][desc.sequence % kRecent];
-        if (q == rank || other.sequence != desc.sequence || same(other, desc)) continue;
-        mismatch = fmt::format(
-            "mismatched collectives: replica {} called {} while replica {} called {}; every replica must call "
-            "the same collectives with the same sizes in the same order",
-            q, describe(other), rank, describe(desc));
+        if (q == rank || other.sequence != desc.sequence || same_collective(other, desc)) continue;
+        mismatch = mismatch_message(q, other, rank, desc);
       }
       if (mismatch.empty()) {
         recent_[static_cast<size_t>(rank)][desc.sequence % kRecent] = desc;
@@ -96,12 +93,6 @@ class NcclGroupState {
  private:
   // Another rank may be up to a ring of launches ahead (it cannot complete more without us).
   static constexpr size_t kRecent = 2 * 64;
-
-  static bool same(const CollectiveDesc& a, const CollectiveDesc& b) {
-    return a.kind == b.kind && a.dtype == b.dtype && a.count == b.count && a.bucket == b.bucket &&
-           a.step == b.step && (a.kind != CollectiveKind::kAllReduce || a.op == b.op) &&
-           (a.kind != CollectiveKind::kBroadcast || a.root == b.root);
-  }
 
   std::unique_ptr<backend::DeviceCollectives> collectives_;
   const std::chrono::milliseconds timeout_;
@@ -318,10 +309,7 @@ void NcclCommunicator::watchdog() {
                         "it: the device work it follows (tag.after), a GPU or NCCL is stuck; the timeout is "
                         "CommunicatorOptions::timeout",
                         describe(oldest.desc), seconds(group_->timeout()), rank_)
-          : fmt::format("watchdog: {} did not arrive at {} within {:.3f} s (replica {} waited); a replica that "
-                        "stops calling collectives (a hang, an endless loop, an uneven input) stops the group; the "
-                        "timeout is CommunicatorOptions::timeout",
-                        missing, describe(oldest.desc), seconds(group_->timeout()), rank_);
+          : not_arrived_message(missing, oldest.desc, group_->timeout(), rank_);
   group_->fail(ErrorCode::kDeadlineExceeded, message);
   throw_failed();
 }
