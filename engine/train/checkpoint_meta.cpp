@@ -85,8 +85,7 @@ std::string tandem_version() { return TANDEM_VERSION; }
 
 int64_t examples_into_epoch(const ReplicaState& state, int64_t fallback_global_batch) {
   const nlohmann::json& p = state.data_position;
-  int64_t batches = p.value("batches", int64_t{0});
-  return p.value("examples", batches * p.value("global_batch", fallback_global_batch));
+  return p.value("batches", int64_t{0}) * p.value("global_batch", fallback_global_batch);
 }
 
 nlohmann::json meta_to_json(const CheckpointMeta& meta) {

@@ -41,8 +41,8 @@ struct CheckpointMeta {
 };
 
 // The global position a replica's data position records: the examples of its epoch that all
-// replicas together have consumed. Positions without "examples" give batches x their global
-// batch, or batches x fallback_global_batch when that is missing too.
+// replicas together have consumed, batches x global batch (fallback_global_batch for positions
+// that do not name theirs).
 int64_t examples_into_epoch(const ReplicaState& state, int64_t fallback_global_batch);
 
 // The version of Tandem this library was built as ("0.1.0").

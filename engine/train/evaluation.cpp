@@ -78,11 +78,8 @@ void ReplicaLoop::checkpoint(int64_t epoch, int64_t batches_into_epoch) {
   last_checkpoint_step_ = step_;
   ReplicaState& mine = shared_.positions[static_cast<size_t>(rank_)];
   // batches: this replica's batches into the epoch (equal on every replica: they step together);
-  // examples: the global position, which a run with another replica count resumes from.
-  mine.data_position = {{"epoch", epoch},
-                        {"batches", batches_into_epoch},
-                        {"global_batch", plan_.global_batch_size},
-                        {"examples", batches_into_epoch * plan_.global_batch_size}};
+  // with the global batch they give the global position a run with another replica count resumes from.
+  mine.data_position = {{"epoch", epoch}, {"batches", batches_into_epoch}, {"global_batch", plan_.global_batch_size}};
   mine.rng = ctx_->generator().state();
   // The checksum is a collective, so it also orders every replica's position write before the save.
   distribute::verify_parameters(*comm_, *model_, buffers_identical_);
