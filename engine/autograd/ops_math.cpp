@@ -65,11 +65,8 @@ Variable sum(ExecutionContext& ctx, const Variable& x) {
   Shape x_shape = x.shape();
   MemoryFormat format = x.value().format();
   return make_op("sum", std::move(y), {x}, [&ctx, x_shape, format](const Tensor& dy) {
-    // d(sum)/dx = 1 everywhere, times the incoming scalar gradient (read on the host).
-    float g = dy.to(Device::cpu()).data<float>()[0];
-    Tensor dx = Tensor::empty(x_shape, DType::kF32, ctx.device(), format);
-    backend::fill(ctx, g, dx);
-    return std::vector<Tensor>{dx};
+    // d(sum)/dx = 1 everywhere, times the incoming scalar gradient (read on the device).
+    return std::vector<Tensor>{backend::broadcast_scalar(ctx, dy, x_shape, format)};
   });
 }
 

@@ -112,6 +112,9 @@ struct KernelTable {
   void (*fill)(Ctx&, float value, Tensor& y) = nullptr;
   // () y = sum of all elements of x, accumulated in double on the CPU
   void (*sum)(Ctx&, const Tensor& x, Tensor& y) = nullptr;
+  // y (any shape) = s for every element, s being the one element of s ([] or (1)): the backward of
+  // sum, without reading s on the host.
+  void (*broadcast_scalar)(Ctx&, const Tensor& s, Tensor& y) = nullptr;
 
   // (N, K) logits, (N) i64 labels -> (N) per-example loss, (N, K) softmax probabilities saved.
   // Target distribution: (1 - s) one-hot + s / K, with s = label_smoothing.
@@ -120,6 +123,12 @@ struct KernelTable {
   // dlogits[i] = dloss[i] * (probs[i] - target[i])
   void (*softmax_cross_entropy_backward)(Ctx&, const Tensor& probs, const Tensor& labels, float label_smoothing,
                                          const Tensor& dloss, Tensor& dlogits) = nullptr;
+
+  // The training loop's running sums, kept on the device so a step reads nothing back: (3) f32 stats
+  // += (loss * loss_scale, examples whose highest logit is at their label, N). loss: [] f32;
+  // logits (N, K) f32; labels (N) i64. Ties go to the lowest class index, as argmax does.
+  void (*accumulate_classification_stats)(Ctx&, const Tensor& loss, float loss_scale, const Tensor& logits,
+                                          const Tensor& labels, Tensor& stats) = nullptr;
 
   // Inverted dropout: kept elements are scaled by 1 / (1 - p); mask is u8 of x's shape.
   void (*dropout_forward)(Ctx&, const Tensor& x, float p, Tensor& y, Tensor& mask) = nullptr;

@@ -63,6 +63,8 @@ Tensor scale(Ctx&, const Tensor& x, float alpha);
 void axpy(Ctx&, float alpha, const Tensor& x, Tensor& y);
 void fill(Ctx&, float value, Tensor& y);
 Tensor sum(Ctx&, const Tensor& x);  // shape []
+// A tensor of `shape` whose every element is the one element of s, read on the device.
+Tensor broadcast_scalar(Ctx&, const Tensor& s, const Shape& shape, MemoryFormat format = MemoryFormat::kContiguous);
 
 struct SoftmaxCrossEntropyForward {
   Tensor loss, probs;  // (N), (N, K)
@@ -71,6 +73,10 @@ SoftmaxCrossEntropyForward softmax_cross_entropy_forward(Ctx&, const Tensor& log
                                                          float label_smoothing = 0.0f);
 Tensor softmax_cross_entropy_backward(Ctx&, const Tensor& probs, const Tensor& labels, float label_smoothing,
                                       const Tensor& dloss);
+
+// stats (3) += (loss * loss_scale, top-1 correct, N) on the device (kernels.h).
+void accumulate_classification_stats(Ctx&, const Tensor& loss, float loss_scale, const Tensor& logits,
+                                     const Tensor& labels, Tensor& stats);
 
 struct DropoutForward {
   Tensor y, mask;

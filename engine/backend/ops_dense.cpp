@@ -119,6 +119,16 @@ Tensor sum(Ctx& ctx, const Tensor& x) {
   return y;
 }
 
+Tensor broadcast_scalar(Ctx& ctx, const Tensor& s, const Shape& shape, MemoryFormat format) {
+  check_f32("broadcast_scalar", "s", s, ctx);
+  TANDEM_CHECK(s.numel() == 1, ErrorCode::kInvalidArgument, "broadcast_scalar: s is {}; it must hold one element",
+               s.describe());
+  auto fn = entry(table(ctx).broadcast_scalar, "broadcast_scalar", ctx);
+  Tensor y = like(ctx, shape, format);
+  fn(ctx, s, y);
+  return y;
+}
+
 namespace {
 
 void check_labels(std::string_view op, const Tensor& labels, const Ctx& ctx, const Tensor& ref,
@@ -195,6 +205,27 @@ Tensor dropout_backward(Ctx& ctx, const Tensor& dy, const Tensor& mask, float p)
   Tensor dx = like(ctx, dy.shape(), dy.format());
   fn(ctx, dy, mask, p, dx);
   return dx;
+}
+
+}  // namespace tandem::backend
+
+namespace tandem::backend {
+
+void accumulate_classification_stats(Ctx& ctx, const Tensor& loss, float loss_scale, const Tensor& logits,
+                                     const Tensor& labels, Tensor& stats) {
+  constexpr std::string_view op = "accumulate_classification_stats";
+  detail::check_tensor(op, "loss", loss, ctx, DType::kF32, -1, "[] or (1)");
+  TANDEM_CHECK(loss.numel() == 1, ErrorCode::kInvalidArgument, "{}: loss is {}; it must be one value", op,
+               loss.describe());
+  detail::check_tensor(op, "logits", logits, ctx, DType::kF32, 2, "(N, K)");
+  detail::check_tensor(op, "labels", labels, ctx, DType::kI64, 1, "(N)");
+  TANDEM_CHECK(labels.dim(0) == logits.dim(0), ErrorCode::kInvalidArgument, "{}: labels {} for logits {}", op,
+               labels.shape().str(), logits.shape().str());
+  detail::check_tensor(op, "stats", stats, ctx, DType::kF32, 1, "(3)");
+  TANDEM_CHECK(stats.dim(0) == 3, ErrorCode::kInvalidArgument, "{}: stats is {}; it must be (3)", op,
+               stats.shape().str());
+  detail::entry(detail::table(ctx).accumulate_classification_stats, op, ctx)(ctx, loss, loss_scale, logits, labels,
+                                                                             stats);
 }
 
 }  // namespace tandem::backend

@@ -12,8 +12,12 @@
 extern "C" {
 
 // 2: DeviceServices gained allocate_host_pinned / free_host_pinned (pinned staging buffers).
-inline constexpr int kTandemCudaPluginAbi = 2;
+// 3: the kernel table is filled; DeviceServices gained fill_zero and bind_thread; ExecutionContext
+//    carries KernelOptions and a backend extension.
+inline constexpr int kTandemCudaPluginAbi = 3;
 inline constexpr const char* kTandemCudaPluginEntry = "tandem_cuda_plugin_init";
+// Returns the kernel table without initialising CUDA (no driver call): for tests and the doctor.
+inline constexpr const char* kTandemCudaKernelTableEntry = "tandem_cuda_kernel_table";
 
 struct TandemCudaPlugin {
   int abi_version = 0;

@@ -4,6 +4,8 @@
 
 #include <thread>
 
+#include "engine/core/error.h"
+
 namespace tandem {
 
 int available_cores() {
@@ -12,11 +14,50 @@ int available_cores() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
-ExecutionContext::ExecutionContext(Device device, int num_threads, uint64_t seed)
+std::string_view precision_name(Precision precision) {
+  switch (precision) {
+    case Precision::kF32: return "fp32";
+    case Precision::kTf32: return "tf32";
+    case Precision::kBf16: return "bf16";
+  }
+  return "?";
+}
+
+Precision parse_precision(std::string_view text) {
+  if (text == "fp32") return Precision::kF32;
+  if (text == "tf32") return Precision::kTf32;
+  if (text == "bf16") return Precision::kBf16;
+  throw_error(ErrorCode::kInvalidArgument, "precision '{}' is not one of fp32, tf32, bf16", text);
+}
+
+ExecutionContext::ExecutionContext(Device device, int num_threads, uint64_t seed, KernelOptions options)
     : device_(device),
       stream_(device_services(device.type).create_stream(device.index)),
       num_threads_(num_threads > 0 ? num_threads : available_cores()),
       generator_(seed),
-      allocator_(&allocator_for(device)) {}
+      allocator_(&allocator_for(device)),
+      options_(options) {}
+
+ExecutionContext::~ExecutionContext() {
+  // Work still queued may use memory that is about to be returned to the cache for other streams.
+  if (!device_.is_cpu()) {
+    try {
+      stream_->synchronize();
+    } catch (const Error&) {
+      // The device failed already; the error was reported where it happened.
+    }
+  }
+  extension_.reset();
+  if (current_stream() == stream_.get()) set_current_stream(nullptr);
+}
+
+void ExecutionContext::bind() {
+  device_services(device_.type).bind_thread(device_.index);
+  set_current_stream(device_.is_cpu() ? nullptr : stream_.get());
+}
+
+ContextBinding::ContextBinding(ExecutionContext& ctx) : previous_(current_stream()) { ctx.bind(); }
+
+ContextBinding::~ContextBinding() { set_current_stream(previous_); }
 
 }  // namespace tandem

@@ -41,6 +41,12 @@ class CpuDeviceServices final : public DeviceServices {
                  "cpu services cannot copy from {} to {}", src_device.str(), dst_device.str());
     if (bytes > 0) std::memcpy(dst, src, bytes);
   }
+  void fill_zero(void* dst, Device device, size_t bytes, Stream*) override {
+    TANDEM_CHECK(device.is_cpu(), ErrorCode::kInvalidArgument, "cpu services cannot fill memory on {}",
+                 device.str());
+    if (bytes > 0) std::memset(dst, 0, bytes);
+  }
+  void bind_thread(int) override {}
   std::unique_ptr<Stream> create_stream(int) override { return std::make_unique<CpuStream>(); }
   std::unique_ptr<Event> create_event(int) override { return std::make_unique<CpuEvent>(); }
   void synchronize(int) override {}
@@ -57,8 +63,17 @@ class CpuDeviceServices final : public DeviceServices {
 
 std::mutex registry_mutex;
 std::shared_ptr<DeviceServices> cuda_services;
+thread_local Stream* thread_stream = nullptr;
 
 }  // namespace
+
+Stream* current_stream() { return thread_stream; }
+
+Stream* set_current_stream(Stream* stream) {
+  Stream* previous = thread_stream;
+  thread_stream = stream;
+  return previous;
+}
 
 std::string_view device_type_name(DeviceType type) { return type == DeviceType::kCpu ? "cpu" : "cuda"; }
 

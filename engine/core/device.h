@@ -64,7 +64,18 @@ class DeviceServices {
   // overlaps compute), plain aligned memory on the CPU. Costly to allocate: keep and reuse it.
   virtual void* allocate_host_pinned(size_t bytes) = 0;
   virtual void free_host_pinned(void* ptr, size_t bytes) noexcept = 0;
+  // Sets `bytes` of device memory to zero, ordered on `stream` like copy() (synchronous without).
+  virtual void fill_zero(void* dst, Device device, size_t bytes, Stream* stream) = 0;
+  // Makes `device` the calling thread's current device (cudaSetDevice); a no-op on the CPU.
+  virtual void bind_thread(int device) = 0;
 };
+
+// The stream a thread's implicit device work goes to: ExecutionContext::bind() sets it for a replica
+// thread, so a copy or fill called without a stream (Tensor::to, zero_, reading a value back) is
+// ordered after the replica's kernels instead of racing them on another stream. Null when unbound.
+Stream* current_stream();
+// Sets the calling thread's current stream (null unbinds); returns the previous one.
+Stream* set_current_stream(Stream* stream);
 
 // The CPU's services are always there; others are registered by engine/backend at start.
 DeviceServices& cpu_device_services();

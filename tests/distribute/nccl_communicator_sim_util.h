@@ -73,6 +73,10 @@ class SimServices final : public DeviceServices {
   void free_host_pinned(void* ptr, size_t bytes) noexcept override {
     cpu_device_services().free_host_pinned(ptr, bytes);
   }
+  void fill_zero(void* dst, Device device, size_t bytes, Stream* stream) override {
+    cpu_device_services().fill_zero(dst, device, bytes, stream);
+  }
+  void bind_thread(int) override {}
 };
 
 class SimCollectives final : public backend::DeviceCollectives {

@@ -32,8 +32,10 @@ const KernelTable& kernel_table() {
     t.axpy = axpy;
     t.fill = fill;
     t.sum = sum;
+    t.broadcast_scalar = broadcast_scalar;
     t.softmax_cross_entropy_forward = softmax_cross_entropy_forward;
     t.softmax_cross_entropy_backward = softmax_cross_entropy_backward;
+    t.accumulate_classification_stats = accumulate_classification_stats;
     t.dropout_forward = dropout_forward;
     t.dropout_backward = dropout_backward;
     t.sgd_update = sgd_update;

@@ -91,4 +91,6 @@ void sum(Ctx& ctx, const Tensor& x, Tensor& y) {
   y.data<float>()[0] = static_cast<float>(total);
 }
 
+void broadcast_scalar(Ctx& ctx, const Tensor& s, Tensor& y) { fill(ctx, s.data<float>()[0], y); }
+
 }  // namespace tandem::backend::cpu

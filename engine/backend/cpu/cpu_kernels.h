@@ -44,12 +44,15 @@ void scale(Ctx&, const Tensor& x, float alpha, Tensor& y);
 void axpy(Ctx&, float alpha, const Tensor& x, Tensor& y);
 void fill(Ctx&, float value, Tensor& y);
 void sum(Ctx&, const Tensor& x, Tensor& y);
+void broadcast_scalar(Ctx&, const Tensor& s, Tensor& y);
 
 // cpu_loss.cpp
 void softmax_cross_entropy_forward(Ctx&, const Tensor& logits, const Tensor& labels, float label_smoothing,
                                    Tensor& loss, Tensor& probs);
 void softmax_cross_entropy_backward(Ctx&, const Tensor& probs, const Tensor& labels, float label_smoothing,
                                     const Tensor& dloss, Tensor& dlogits);
+void accumulate_classification_stats(Ctx&, const Tensor& loss, float loss_scale, const Tensor& logits,
+                                     const Tensor& labels, Tensor& stats);
 void dropout_forward(Ctx&, const Tensor& x, float p, Tensor& y, Tensor& mask);
 void dropout_backward(Ctx&, const Tensor& dy, const Tensor& mask, float p, Tensor& dx);
 

@@ -24,6 +24,24 @@ float dropout_scale(float p) { return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; }
 
 }  // namespace
 
+void accumulate_classification_stats(Ctx&, const Tensor& loss, float loss_scale, const Tensor& logits,
+                                     const Tensor& labels, Tensor& stats) {
+  int64_t rows = logits.dim(0), k = logits.dim(1);
+  const float* z = logits.data<float>();
+  const int64_t* l = labels.data<int64_t>();
+  int64_t correct = 0;
+  for (int64_t i = 0; i < rows; ++i) {
+    const float* row = z + i * k;
+    int64_t best = 0;  // the first maximum, as argmax
+    for (int64_t j = 1; j < k; ++j) best = row[j] > row[best] ? j : best;
+    correct += best == l[i] ? 1 : 0;
+  }
+  float* s = stats.data<float>();
+  s[0] += loss.data<float>()[0] * loss_scale;
+  s[1] += static_cast<float>(correct);
+  s[2] += static_cast<float>(rows);
+}
+
 void softmax_cross_entropy_forward(Ctx& ctx, const Tensor& logits, const Tensor& labels, float label_smoothing,
                                    Tensor& loss, Tensor& probs) {
   apply_thread_budget(ctx);

@@ -33,6 +33,22 @@ void throw_cuda_error(cudaError_t status, std::string_view call, const std::stri
                                             values.empty() ? "" : "; " + values, hint));
 }
 
+void throw_cudnn_error(cudnnStatus_t status, std::string_view call, const std::string& values) {
+  ErrorCode code = status == CUDNN_STATUS_ALLOC_FAILED ? ErrorCode::kResourceExhausted
+                   : status == CUDNN_STATUS_NOT_SUPPORTED ? ErrorCode::kUnimplemented
+                                                          : ErrorCode::kInternal;
+  throw Error(code, fmt::format("{} failed: {} ({}){}", call, cudnnGetErrorString(status), static_cast<int>(status),
+                                values.empty() ? "" : "; " + values));
+}
+
+void throw_cublas_error(cublasStatus_t status, std::string_view call, const std::string& values) {
+  ErrorCode code = status == CUBLAS_STATUS_ALLOC_FAILED ? ErrorCode::kResourceExhausted
+                   : status == CUBLAS_STATUS_NOT_SUPPORTED ? ErrorCode::kUnimplemented
+                                                           : ErrorCode::kInternal;
+  throw Error(code, fmt::format("{} failed: {} ({}): {}{}", call, cublasGetStatusName(status), static_cast<int>(status),
+                                cublasGetStatusString(status), values.empty() ? "" : "; " + values));
+}
+
 bool check_cuda_nothrow(cudaError_t status, std::string_view call) noexcept {
   if (status == cudaSuccess) return true;
   (void)cudaGetLastError();

@@ -29,3 +29,40 @@ bool check_cuda_nothrow(cudaError_t status, std::string_view call) noexcept;
 // TANDEM_CUDA_CHECK(cudaMalloc(&p, n), "bytes={}", n): the macro only captures the call's text.
 #define TANDEM_CUDA_CHECK(call, ...) ::tandem::cuda::check_cuda((call), #call, __VA_ARGS__)
 #define TANDEM_CUDA_CHECK_NOTHROW(call) ::tandem::cuda::check_cuda_nothrow((call), #call)
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cudnn.h>
+
+namespace tandem::cuda {
+
+[[noreturn]] void throw_cudnn_error(cudnnStatus_t status, std::string_view call, const std::string& values);
+[[noreturn]] void throw_cublas_error(cublasStatus_t status, std::string_view call, const std::string& values);
+
+template <typename... Args>
+void check_cudnn(cudnnStatus_t status, std::string_view call, fmt::format_string<Args...> values, Args&&... args) {
+  if (status == CUDNN_STATUS_SUCCESS) [[likely]] return;
+  throw_cudnn_error(status, call, fmt::format(values, std::forward<Args>(args)...));
+}
+
+template <typename... Args>
+void check_cublas(cublasStatus_t status, std::string_view call, fmt::format_string<Args...> values, Args&&... args) {
+  if (status == CUBLAS_STATUS_SUCCESS) [[likely]] return;
+  throw_cublas_error(status, call, fmt::format(values, std::forward<Args>(args)...));
+}
+
+// After a <<<...>>> launch: a bad configuration shows up here, an error inside the kernel later.
+template <typename... Args>
+void check_launch(std::string_view kernel, fmt::format_string<Args...> values, Args&&... args) {
+  cudaError_t status = cudaGetLastError();
+  if (status == cudaSuccess) [[likely]] return;
+  throw_cuda_error(status, kernel, fmt::format(values, std::forward<Args>(args)...));
+}
+
+}  // namespace tandem::cuda
+
+// TANDEM_CUDNN_CHECK(cudnnConvolutionForward(...), "op=conv2d_forward x={}", x.shape().str())
+#define TANDEM_CUDNN_CHECK(call, ...) ::tandem::cuda::check_cudnn((call), #call, __VA_ARGS__)
+#define TANDEM_CUBLAS_CHECK(call, ...) ::tandem::cuda::check_cublas((call), #call, __VA_ARGS__)
+// TANDEM_CUDA_LAUNCH_CHECK("relu_forward_kernel", "n={}", n) right after the launch.
+#define TANDEM_CUDA_LAUNCH_CHECK(kernel, ...) ::tandem::cuda::check_launch(kernel, __VA_ARGS__)

@@ -1,6 +1,7 @@
-// The plugin's one exported symbol. It checks the ABI version, creates the device services and
-// hands back the kernel table (empty for now: every op reports Unimplemented on CUDA). This C
-// boundary is the one place in library code that catches: no exception may cross dlsym.
+// The plugin's exported symbols. tandem_cuda_plugin_init checks the ABI version, creates the device
+// services and hands back the kernel table; tandem_cuda_kernel_table hands back the table alone,
+// without touching the driver (for the test that no entry is missing). This C boundary is the one
+// place in library code that catches: no exception may cross dlsym.
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
 
@@ -9,6 +10,7 @@
 #include <memory>
 
 #include "engine/backend/cuda/cuda_device.h"
+#include "engine/backend/cuda/cuda_kernels.h"
 #include "engine/backend/plugin_abi.h"
 
 namespace {
@@ -28,12 +30,11 @@ int init(int abi_version, TandemCudaPlugin* out) {
   // Created once and never destroyed: the plugin stays loaded until the process ends, and
   // allocators that outlive main still return memory through these services.
   static tandem::cuda::CudaDeviceServices* services = new tandem::cuda::CudaDeviceServices();
-  static const tandem::backend::KernelTable kernels{};  // filled by the CUDA kernels issue
   int runtime = 0;
   cudaRuntimeGetVersion(&runtime);
   out->abi_version = kTandemCudaPluginAbi;
   out->services = services;
-  out->kernels = &kernels;
+  out->kernels = &tandem::backend::cuda::kernel_table();
   out->device_count = services->device_count();
   std::snprintf(out->runtime_description, sizeof(out->runtime_description), "CUDA runtime %d.%d, %d device(s)",
                 runtime / 1000, runtime % 1000 / 10, services->device_count());
@@ -53,4 +54,8 @@ extern "C" __attribute__((visibility("default"))) int tandem_cuda_plugin_init(in
     write_error(out, "unknown exception during CUDA plugin initialisation");
   }
   return 1;
+}
+
+extern "C" __attribute__((visibility("default"))) const tandem::backend::KernelTable* tandem_cuda_kernel_table() {
+  return &tandem::backend::cuda::kernel_table();
 }

@@ -1,0 +1,46 @@
+// The CUDA kernel table: every entry of KernelTable, filled from the cuda_* kernels. Building it
+// touches no driver, so tests/cuda/kernel_table_test.cpp checks it on machines without a GPU.
+#include "engine/backend/cuda/cuda_kernels.h"
+
+namespace tandem::backend::cuda {
+
+const KernelTable& kernel_table() {
+  static const KernelTable table = [] {
+    KernelTable t;
+    t.conv2d_forward = conv2d_forward;
+    t.conv2d_backward_data = conv2d_backward_data;
+    t.conv2d_backward_weights = conv2d_backward_weights;
+    t.batchnorm_forward_training = batchnorm_forward_training;
+    t.batchnorm_forward_inference = batchnorm_forward_inference;
+    t.batchnorm_backward = batchnorm_backward;
+    t.relu_forward = relu_forward;
+    t.relu_backward = relu_backward;
+    t.max_pool2d_forward = max_pool2d_forward;
+    t.max_pool2d_backward = max_pool2d_backward;
+    t.avg_pool2d_forward = avg_pool2d_forward;
+    t.avg_pool2d_backward = avg_pool2d_backward;
+    t.matmul = matmul;
+    t.linear_forward = linear_forward;
+    t.linear_backward_data = linear_backward_data;
+    t.linear_backward_weights = linear_backward_weights;
+    t.add = add;
+    t.mul = mul;
+    t.scale = scale;
+    t.axpy = axpy;
+    t.fill = fill;
+    t.sum = sum;
+    t.broadcast_scalar = broadcast_scalar;
+    t.softmax_cross_entropy_forward = softmax_cross_entropy_forward;
+    t.softmax_cross_entropy_backward = softmax_cross_entropy_backward;
+    t.accumulate_classification_stats = accumulate_classification_stats;
+    t.dropout_forward = dropout_forward;
+    t.dropout_backward = dropout_backward;
+    t.sgd_update = sgd_update;
+    t.adamw_update = adamw_update;
+    t.squared_norm = squared_norm;
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace tandem::backend::cuda

@@ -1,0 +1,69 @@
+// The CUDA kernels that cuda_backend.cpp puts in the KernelTable. Arguments are already validated by
+// ops.cpp (shapes, dtypes, devices, formats); see kernels.h for the contracts. Each kernel gets its
+// stream, handles and workspace from cuda_context(ctx) and queues its work there: none blocks the host.
+#pragma once
+
+#include "engine/backend/kernels.h"
+
+namespace tandem::backend::cuda {
+
+// cuda_conv.cpp (cuDNN)
+void conv2d_forward(Ctx&, const Conv2dParams&, const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y);
+void conv2d_backward_data(Ctx&, const Conv2dParams&, const Tensor& dy, const Tensor& w, Tensor& dx);
+void conv2d_backward_weights(Ctx&, const Conv2dParams&, const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& db);
+
+// cuda_batchnorm.cpp (cuDNN)
+void batchnorm_forward_training(Ctx&, const BatchNormParams&, const Tensor& x, const Tensor& gamma,
+                                const Tensor& beta, Tensor& running_mean, Tensor& running_var, Tensor& y,
+                                BatchNormSaved& saved);
+void batchnorm_forward_inference(Ctx&, const BatchNormParams&, const Tensor& x, const Tensor& gamma,
+                                 const Tensor& beta, const Tensor& running_mean, const Tensor& running_var,
+                                 Tensor& y);
+void batchnorm_backward(Ctx&, const BatchNormParams&, const Tensor& x, const Tensor& y, const Tensor& dy,
+                        const Tensor& gamma, const BatchNormSaved& saved, Tensor& dx, Tensor& dgamma,
+                        Tensor& dbeta);
+
+// cuda_pool.cpp (cuDNN)
+void max_pool2d_forward(Ctx&, const Pool2dParams&, const Tensor& x, Tensor& y, Tensor& workspace);
+void max_pool2d_backward(Ctx&, const Pool2dParams&, const Tensor& x, const Tensor& dy, const Tensor& workspace,
+                         Tensor& dx);
+void avg_pool2d_forward(Ctx&, const Pool2dParams&, const Tensor& x, Tensor& y);
+void avg_pool2d_backward(Ctx&, const Pool2dParams&, const Tensor& dy, Tensor& dx);
+
+// cuda_matmul.cpp (cuBLASLt)
+void matmul(Ctx&, const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b, Tensor& c);
+void linear_forward(Ctx&, const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y);
+void linear_backward_data(Ctx&, const Tensor& dy, const Tensor& w, Tensor& dx);
+void linear_backward_weights(Ctx&, const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& db);
+
+// cuda_elementwise.cu
+void relu_forward(Ctx&, const Tensor& x, Tensor& y);
+void relu_backward(Ctx&, const Tensor& y, const Tensor& dy, Tensor& dx);
+void add(Ctx&, const Tensor& a, const Tensor& b, Tensor& y);
+void mul(Ctx&, const Tensor& a, const Tensor& b, Tensor& y);
+void scale(Ctx&, const Tensor& x, float alpha, Tensor& y);
+void axpy(Ctx&, float alpha, const Tensor& x, Tensor& y);
+void fill(Ctx&, float value, Tensor& y);
+void sum(Ctx&, const Tensor& x, Tensor& y);
+void broadcast_scalar(Ctx&, const Tensor& s, Tensor& y);
+
+// cuda_loss.cu
+void softmax_cross_entropy_forward(Ctx&, const Tensor& logits, const Tensor& labels, float label_smoothing,
+                                   Tensor& loss, Tensor& probs);
+void softmax_cross_entropy_backward(Ctx&, const Tensor& probs, const Tensor& labels, float label_smoothing,
+                                    const Tensor& dloss, Tensor& dlogits);
+void accumulate_classification_stats(Ctx&, const Tensor& loss, float loss_scale, const Tensor& logits,
+                                     const Tensor& labels, Tensor& stats);
+void dropout_forward(Ctx&, const Tensor& x, float p, Tensor& y, Tensor& mask);
+void dropout_backward(Ctx&, const Tensor& dy, const Tensor& mask, float p, Tensor& dx);
+
+// cuda_optim.cu (multi-tensor: one launch for all parameters)
+void sgd_update(Ctx&, const SgdParams&, const Tensor* w, const Tensor* dw, const Tensor* v, size_t count);
+void adamw_update(Ctx&, const AdamWParams&, const Tensor* w, const Tensor* dw, const Tensor* m, const Tensor* v,
+                  size_t count);
+void squared_norm(Ctx&, const Tensor* x, size_t count, Tensor& y);
+
+// The whole table; touches no driver, so a test can check it on a machine without a GPU.
+const KernelTable& kernel_table();
+
+}  // namespace tandem::backend::cuda
