@@ -48,6 +48,7 @@ ExecutionContext::~ExecutionContext() {
     }
   }
   extension_.reset();
+  allocator_->retire_stream(*stream_);
   if (current_stream() == stream_.get()) set_current_stream(nullptr);
 }
 

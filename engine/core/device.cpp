@@ -1,6 +1,7 @@
 #include "engine/core/device.h"
 
 #include <charconv>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -17,12 +18,21 @@ class CpuStream final : public Stream {
   void* native_handle() override { return nullptr; }
 };
 
+// CPU work runs at once, so an event has happened when it is recorded, and its time is the host's.
 class CpuEvent final : public Event {
  public:
-  void record(Stream&) override {}
+  void record(Stream&) override { at_ = std::chrono::steady_clock::now(); }
   void wait(Stream&) override {}
   void synchronize() override {}
   bool query() override { return true; }
+  double seconds_since(Event& earlier) override {
+    auto* e = dynamic_cast<CpuEvent*>(&earlier);
+    TANDEM_CHECK(e != nullptr, ErrorCode::kInvalidArgument, "seconds_since: a CPU event against another kind");
+    return std::chrono::duration<double>(at_ - e->at_).count();
+  }
+
+ private:
+  std::chrono::steady_clock::time_point at_{};
 };
 
 class CpuDeviceServices final : public DeviceServices {
@@ -66,6 +76,10 @@ std::shared_ptr<DeviceServices> cuda_services;
 thread_local Stream* thread_stream = nullptr;
 
 }  // namespace
+
+double Event::seconds_since(Event&) {
+  throw_error(ErrorCode::kUnimplemented, "seconds_since: this event does not measure time (make it with create_timer_event)");
+}
 
 Stream* current_stream() { return thread_stream; }
 

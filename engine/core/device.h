@@ -42,6 +42,9 @@ class Event {
   virtual void wait(Stream& stream) = 0;  // stream waits for this event, host does not block
   virtual void synchronize() = 0;         // host blocks until the event has happened
   virtual bool query() = 0;               // true once the event has happened
+  // Seconds from `earlier`'s record to this one's, both having happened; only events made by
+  // DeviceServices::create_timer_event measure time (others throw Unimplemented).
+  virtual double seconds_since(Event& earlier);
 };
 
 class DeviceServices {
@@ -58,6 +61,8 @@ class DeviceServices {
                     Stream* stream) = 0;
   virtual std::unique_ptr<Stream> create_stream(int device) = 0;
   virtual std::unique_ptr<Event> create_event(int device) = 0;
+  // An event that also measures time (CUDA: without cudaEventDisableTiming; a little dearer).
+  virtual std::unique_ptr<Event> create_timer_event(int device) { return create_event(device); }
   virtual void synchronize(int device) = 0;
   // Host memory that asynchronous copies to and from this kind of device may use without a
   // bounce buffer: page-locked on CUDA (the copy engine reads it directly, so the copy really

@@ -15,6 +15,10 @@ Storage::Storage(CachingAllocator& allocator, size_t bytes)
 
 Storage::Storage(void* external, size_t bytes, Device device) : data_(external), bytes_(bytes), device_(device) {}
 
+void Storage::record_stream(Stream& stream) {
+  if (allocator_ != nullptr) allocator_->record_stream(data_, stream);
+}
+
 Storage::~Storage() {
   if (allocator_ != nullptr) allocator_->deallocate(data_, bytes_);
 }
@@ -98,6 +102,11 @@ void Tensor::copy_from(const Tensor& src, Stream* stream) {
   device_services(type).copy(raw_data(), device(), src.raw_data(), src.device(), nbytes(), stream);
 }
 
+void Tensor::record_stream(Stream& stream) const {
+  TANDEM_CHECK(defined(), ErrorCode::kFailedPrecondition, "record_stream on an undefined tensor");
+  storage_->record_stream(stream);
+}
+
 Tensor Tensor::reshape(const Shape& shape) const {
   TANDEM_CHECK(shape.numel() == numel(), ErrorCode::kInvalidArgument,
                "reshape: cannot view {} ({} elements) as {} ({} elements)", describe(), numel(), shape.str(),
@@ -121,8 +130,7 @@ Tensor Tensor::view(const Shape& shape, MemoryFormat format) const {
 
 Tensor Tensor::to_format(MemoryFormat format) const {
   if (format == format_) return *this;
-  TANDEM_CHECK(device().is_cpu(), ErrorCode::kUnimplemented, "to_format on {}: only the CPU converts layouts here",
-               describe());
+  if (!device().is_cpu()) return to(Device::cpu()).to_format(format).to(device());
   Tensor out = empty(shape_, dtype_, device(), format);
   const Shape& s = shape_;
   size_t esize = dtype_size(dtype_);
@@ -148,8 +156,7 @@ void Tensor::zero_() {
     std::memset(raw_data(), 0, nbytes());
     return;
   }
-  Tensor host = zeros(shape_, dtype_, Device::cpu(), format_);
-  copy_from(host);
+  device_services(device().type).fill_zero(raw_data(), device(), nbytes(), nullptr);
 }
 
 std::vector<float> Tensor::to_vector() const {

@@ -36,6 +36,8 @@ class Storage {
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
   Device device() const { return device_; }
+  // Work queued on `stream` uses this memory too: its reuse after free waits for that work.
+  void record_stream(Stream& stream);
 
  private:
   CachingAllocator* allocator_ = nullptr;
@@ -76,18 +78,24 @@ class Tensor {
     return static_cast<T*>(raw_data());
   }
 
-  // Explicit copies. `to` returns this tensor when it already is on the device.
+  // Explicit copies. `to` returns this tensor when it already is on the device. With a stream the
+  // copy is queued there (asynchronous where the device allows). Without one it is synchronous and,
+  // on a device, ordered after the work of the calling thread's current stream (the replica's,
+  // see ExecutionContext::bind), or after all of the device's work when the thread has none.
   Tensor to(Device device, Stream* stream = nullptr) const;
   Tensor clone() const;
   void copy_from(const Tensor& src, Stream* stream = nullptr);
+  // This tensor's memory is used by work queued on `stream` besides its own (see CachingAllocator).
+  void record_stream(Stream& stream) const;
   // The same storage seen with another shape of the same element count (contiguous only).
   Tensor reshape(const Shape& shape) const;
   // The same storage seen as another logical shape and memory format with the same element count:
   // a contiguous (N, H, W, C) buffer is the channels_last layout of logical (N, C, H, W).
   Tensor view(const Shape& shape, MemoryFormat format) const;
-  // The same values laid out in another memory format (a copy; CPU only).
+  // The same values laid out in another memory format (a copy). On a device it goes through the
+  // host, synchronously: for setup and checkpoints, not for a training step.
   Tensor to_format(MemoryFormat format) const;
-  // Fills with zeros on any device.
+  // Fills with zeros on any device, ordered as a copy without a stream is.
   void zero_();
   // CPU f32 values as a vector, in logical (NCHW) order whatever the memory format.
   std::vector<float> to_vector() const;

@@ -48,10 +48,21 @@ CudaStream::~CudaStream() {
 
 void CudaStream::synchronize() { TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream_), "device=cuda:{}", device_); }
 
-CudaEvent::CudaEvent(int device) : device_(device) {
+CudaEvent::CudaEvent(int device, bool timing) : device_(device), timing_(timing) {
   DeviceGuard guard(device);
-  // Timing disabled: the cheapest event, and the kind cudaStreamWaitEvent handles best.
-  TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "device=cuda:{}", device);
+  // Without timing: the cheapest event, and the kind cudaStreamWaitEvent handles best.
+  TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming),
+                    "device=cuda:{} timing={}", device, timing);
+}
+
+double CudaEvent::seconds_since(Event& earlier) {
+  auto* start = dynamic_cast<CudaEvent*>(&earlier);
+  TANDEM_CHECK(start != nullptr && timing_ && start->timing_, ErrorCode::kInvalidArgument,
+               "seconds_since: both events must be CUDA timer events (create_timer_event)");
+  float ms = 0.0f;
+  TANDEM_CUDA_CHECK(cudaEventElapsedTime(&ms, start->event_, event_), "events on cuda:{} and cuda:{}", start->device_,
+                    device_);
+  return static_cast<double>(ms) / 1000.0;
 }
 
 CudaEvent::~CudaEvent() {
@@ -106,36 +117,63 @@ void CudaDeviceServices::raw_free(int device, void* ptr, size_t) noexcept {
   }
 }
 
+cudaStream_t CudaDeviceServices::implicit_stream(int device) {
+  Stream* bound = current_stream();
+  if (bound != nullptr && bound->device() == Device::cuda(device)) {
+    return static_cast<cudaStream_t>(bound->native_handle());
+  }
+  // No stream of this device is current on this thread: wait for everything the device has queued,
+  // so the legacy-stream call below cannot race a non-blocking stream's kernels.
+  TANDEM_CUDA_CHECK(cudaDeviceSynchronize(), "before a copy without a stream on cuda:{}", device);
+  return nullptr;
+}
+
 void CudaDeviceServices::copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes,
                               Stream* stream) {
   if (bytes == 0) return;
   if (!dst_device.is_cpu()) check_device(dst_device.index);
   if (!src_device.is_cpu()) check_device(src_device.index);
-  cudaStream_t native = native_stream(stream);
-  bool peer = !dst_device.is_cpu() && !src_device.is_cpu() && dst_device.index != src_device.index;
-  if (peer) {
-    if (stream != nullptr) {
-      TANDEM_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_device.index, src, src_device.index, bytes, native),
-                        "bytes={} from {} to {}", bytes, src_device.str(), dst_device.str());
-    } else {
-      TANDEM_CUDA_CHECK(cudaMemcpyPeer(dst, dst_device.index, src, src_device.index, bytes),
-                        "bytes={} from {} to {}", bytes, src_device.str(), dst_device.str());
-    }
-    return;
-  }
   cudaMemcpyKind kind = copy_kind(dst_device, src_device);
   if (kind == cudaMemcpyHostToHost) {
     std::memcpy(dst, src, bytes);
     return;
   }
-  DeviceGuard guard(dst_device.is_cpu() ? src_device.index : dst_device.index);
-  if (stream != nullptr) {
+  int device = dst_device.is_cpu() ? src_device.index : dst_device.index;
+  DeviceGuard guard(device);
+  bool implicit = stream == nullptr;
+  cudaStream_t native = implicit ? implicit_stream(device) : native_stream(stream);
+  bool peer = !dst_device.is_cpu() && !src_device.is_cpu() && dst_device.index != src_device.index;
+  if (peer) {
+    if (implicit) {
+      DeviceGuard src_guard(src_device.index);
+      TANDEM_CUDA_CHECK(cudaDeviceSynchronize(), "before a peer copy from {}", src_device.str());
+    }
+    TANDEM_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_device.index, src, src_device.index, bytes, native),
+                      "bytes={} from {} to {}", bytes, src_device.str(), dst_device.str());
+  } else {
     TANDEM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, native), "bytes={} from {} to {}", bytes,
                       src_device.str(), dst_device.str());
-  } else {
-    TANDEM_CUDA_CHECK(cudaMemcpy(dst, src, bytes, kind), "bytes={} from {} to {}", bytes, src_device.str(),
-                      dst_device.str());
   }
+  if (implicit) {
+    TANDEM_CUDA_CHECK(cudaStreamSynchronize(native), "after copying {} bytes from {} to {}", bytes,
+                      src_device.str(), dst_device.str());
+  }
+}
+
+void CudaDeviceServices::fill_zero(void* dst, Device device, size_t bytes, Stream* stream) {
+  if (bytes == 0) return;
+  TANDEM_CHECK(!device.is_cpu(), ErrorCode::kInvalidArgument, "CUDA services cannot fill host memory");
+  check_device(device.index);
+  DeviceGuard guard(device.index);
+  bool implicit = stream == nullptr;
+  cudaStream_t native = implicit ? implicit_stream(device.index) : native_stream(stream);
+  TANDEM_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, native), "bytes={} on {}", bytes, device.str());
+  if (implicit) TANDEM_CUDA_CHECK(cudaStreamSynchronize(native), "after zeroing {} bytes on {}", bytes, device.str());
+}
+
+void CudaDeviceServices::bind_thread(int device) {
+  check_device(device);
+  TANDEM_CUDA_CHECK(cudaSetDevice(device), "binding the replica thread to cuda:{}", device);
 }
 
 std::unique_ptr<Stream> CudaDeviceServices::create_stream(int device) {
@@ -146,6 +184,11 @@ std::unique_ptr<Stream> CudaDeviceServices::create_stream(int device) {
 std::unique_ptr<Event> CudaDeviceServices::create_event(int device) {
   check_device(device);
   return std::make_unique<CudaEvent>(device);
+}
+
+std::unique_ptr<Event> CudaDeviceServices::create_timer_event(int device) {
+  check_device(device);
+  return std::make_unique<CudaEvent>(device, true);
 }
 
 void CudaDeviceServices::synchronize(int device) {

@@ -42,7 +42,8 @@ class CudaStream final : public Stream {
 
 class CudaEvent final : public Event {
  public:
-  explicit CudaEvent(int device);
+  // timing: measures time (seconds_since); otherwise the cheapest kind, which stream waits handle best.
+  explicit CudaEvent(int device, bool timing = false);
   ~CudaEvent() override;
   CudaEvent(const CudaEvent&) = delete;
   CudaEvent& operator=(const CudaEvent&) = delete;
@@ -51,9 +52,11 @@ class CudaEvent final : public Event {
   void wait(Stream& stream) override;
   void synchronize() override;
   bool query() override;
+  double seconds_since(Event& earlier) override;
 
  private:
   int device_;
+  bool timing_;
   cudaEvent_t event_ = nullptr;
 };
 
@@ -70,14 +73,21 @@ class CudaDeviceServices final : public DeviceServices {
             Stream* stream) override;
   std::unique_ptr<Stream> create_stream(int device) override;
   std::unique_ptr<Event> create_event(int device) override;
+  std::unique_ptr<Event> create_timer_event(int device) override;
   void synchronize(int device) override;
 
   // Page-locked host memory (cudaMallocHost), for buffers that asynchronous copies read or fill.
   void* allocate_host_pinned(size_t bytes) override;
   void free_host_pinned(void* ptr, size_t bytes) noexcept override;
+  void fill_zero(void* dst, Device device, size_t bytes, Stream* stream) override;
+  void bind_thread(int device) override;
 
  private:
   void check_device(int device) const;
+  // A copy or fill without a stream: on the thread's current stream when it is on `device`
+  // (then synchronised, so the call is synchronous and ordered after the replica's kernels), else
+  // null after waiting for all of the device's work.
+  cudaStream_t implicit_stream(int device);
   int device_count_ = 0;
 };
 
