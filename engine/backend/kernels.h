@@ -125,8 +125,9 @@ struct KernelTable {
                                          const Tensor& dloss, Tensor& dlogits) = nullptr;
 
   // The training loop's running sums, kept on the device so a step reads nothing back: (3) f32 stats
-  // += (loss * loss_scale, examples whose highest logit is at their label, N). loss: [] f32;
-  // logits (N, K) f32; labels (N) i64. Ties go to the lowest class index, as argmax does.
+  // += (loss * loss_scale, examples whose label's logit no other logit exceeds, N). loss: [] f32;
+  // logits (N, K) f32; labels (N) i64. A tie counts for the label (as count_top_k with k = 1); a
+  // label outside [0, K) counts as wrong.
   void (*accumulate_classification_stats)(Ctx&, const Tensor& loss, float loss_scale, const Tensor& logits,
                                           const Tensor& labels, Tensor& stats) = nullptr;
 

@@ -1,10 +1,12 @@
-// Softmax cross-entropy with label smoothing (numerically stable through log-sum-exp) and
-// inverted dropout: plain loops, one row or one element at a time.
+// Softmax cross-entropy with label smoothing (numerically stable through log-sum-exp; the per-row
+// arithmetic is loss_math.h, shared with the CUDA kernels) and inverted dropout: plain loops, one
+// row or one element at a time.
 #include <cmath>
 
 #include "engine/backend/cpu/cpu_kernels.h"
 #include "engine/backend/cpu/dnnl_util.h"
 #include "engine/backend/cpu/parallel.h"
+#include "engine/backend/loss_math.h"
 
 namespace tandem::backend::cpu {
 namespace {
@@ -31,10 +33,12 @@ void accumulate_classification_stats(Ctx&, const Tensor& loss, float loss_scale,
   const int64_t* l = labels.data<int64_t>();
   int64_t correct = 0;
   for (int64_t i = 0; i < rows; ++i) {
+    if (l[i] < 0 || l[i] >= k) continue;
     const float* row = z + i * k;
-    int64_t best = 0;  // the first maximum, as argmax
-    for (int64_t j = 1; j < k; ++j) best = row[j] > row[best] ? j : best;
-    correct += best == l[i] ? 1 : 0;
+    const float target = row[l[i]];
+    bool beaten = false;
+    for (int64_t j = 0; j < k && !beaten; ++j) beaten = row[j] > target;
+    correct += beaten ? 0 : 1;
   }
   float* s = stats.data<float>();
   s[0] += loss.data<float>()[0] * loss_scale;
@@ -51,21 +55,20 @@ void softmax_cross_entropy_forward(Ctx& ctx, const Tensor& logits, const Tensor&
   const int64_t* l = labels.data<int64_t>();
   float* out = loss.data<float>();
   float* pr = probs.data<float>();
-  double s = label_smoothing;
-  // loss = lse - sum_j target_j z_j with target = (1 - s) onehot + s / K.
+  // One pass for the log-sum-exp and the logit sum, one for the probabilities (loss_math.h, the
+  // arithmetic the CUDA kernel shares).
 #pragma omp parallel for schedule(static) if (rows * k >= kParallelGrain)
   for (int64_t i = 0; i < rows; ++i) {
     const float* zi = z + i * k;
-    float m = zi[0];
-    for (int64_t j = 1; j < k; ++j) m = zi[j] > m ? zi[j] : m;
-    double se = 0.0, sz = 0.0;
+    loss_math::LogSumExp acc = loss_math::lse_empty();
+    double sz = 0.0;
     for (int64_t j = 0; j < k; ++j) {
-      se += std::exp(static_cast<double>(zi[j] - m));
+      acc = loss_math::lse_add(acc, zi[j]);
       sz += zi[j];
     }
-    double lse = m + std::log(se);
-    for (int64_t j = 0; j < k; ++j) pr[i * k + j] = static_cast<float>(std::exp(zi[j] - lse));
-    out[i] = static_cast<float>(lse - (1.0 - s) * zi[l[i]] - s / static_cast<double>(k) * sz);
+    double lse = loss_math::lse_value(acc);
+    for (int64_t j = 0; j < k; ++j) pr[i * k + j] = loss_math::softmax_prob(zi[j], lse);
+    out[i] = loss_math::cross_entropy_loss(lse, zi[l[i]], sz, label_smoothing, k);
   }
 }
 
@@ -78,12 +81,12 @@ void softmax_cross_entropy_backward(Ctx& ctx, const Tensor& probs, const Tensor&
   const int64_t* l = labels.data<int64_t>();
   const float* g = dloss.data<float>();
   float* dz = dlogits.data<float>();
-  float off = label_smoothing / static_cast<float>(k);
-  float on = 1.0f - label_smoothing + off;
+  loss_math::SmoothedTarget t = loss_math::smoothed_target(label_smoothing, k);
 #pragma omp parallel for schedule(static) if (rows * k >= kParallelGrain)
   for (int64_t i = 0; i < rows; ++i) {
-    for (int64_t j = 0; j < k; ++j) dz[i * k + j] = g[i] * (pr[i * k + j] - off);
-    dz[i * k + l[i]] = g[i] * (pr[i * k + l[i]] - on);
+    for (int64_t j = 0; j < k; ++j) {
+      dz[i * k + j] = loss_math::cross_entropy_grad(g[i], pr[i * k + j], loss_math::target_value(t, j, l[i]));
+    }
   }
 }
 
