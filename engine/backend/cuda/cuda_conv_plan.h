@@ -1,0 +1,136 @@
+// The cuDNN side of the convolution kernels (cuda_conv.cpp): the descriptors of one convolution
+// problem and the algorithm chosen for it, cached per context (CudaContext::state) so that a step
+// after the first creates no descriptor and asks cuDNN nothing.
+//
+// Choice of algorithm, per problem (op, shapes, memory format, parameters, precision, determinism):
+// - default: cudnnGet*Algorithm_v7 heuristics, in their order of expected speed, keeping the first
+//   candidate that succeeded, needs at most kMaxConvWorkspaceBytes of workspace, is deterministic
+//   when KernelOptions::deterministic asks for it, and whose math type the precision allows;
+// - cudnn_benchmark: the first call of a problem times the same candidates with
+//   cudnnFind*AlgorithmEx on the call's real buffers (synchronous, once per problem), with a
+//   workspace as large as the largest of the heuristics' usable candidates, same filters.
+//
+// Math: fp32 runs every algorithm with CUDNN_FMA_MATH (never TF32, whatever math type the search
+// reports with a candidate; those reported with FMA are preferred), tf32 and bf16 run a candidate
+// with the math type the search reported it with (cuDNN's advice), never ALLOW_CONVERSION.
+//
+// Filters: our weights are KCRS, also beside NHWC activations (cuDNN's NHWC tensor-core kernels
+// prefer an NHWC filter, but the weights are parameters and stay in one layout; cuDNN then picks
+// among the algorithms that take the mixed layouts). Only when the heuristics report no usable
+// algorithm for NHWC activations with a KCRS filter does the plan fall back to an NHWC (KRSC)
+// filter, which the kernel stages as a converted copy.
+#pragma once
+
+#include <cudnn.h>
+#include <fmt/format.h>
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string_view>
+
+#include "engine/backend/cuda/cuda_cast.h"
+#include "engine/backend/cuda/cuda_check.h"
+#include "engine/backend/cuda/cuda_context.h"
+#include "engine/backend/kernels.h"
+
+namespace tandem::backend::cuda {
+
+// The heuristics' candidates needing more workspace than this are passed over (a sane cap: the
+// workspace is grow-only and shared by every kernel of the context).
+inline constexpr size_t kMaxConvWorkspaceBytes = size_t{1} << 30;
+
+enum class ConvOp : uint8_t { kForward, kBackwardData, kBackwardWeights };
+std::string_view conv_op_name(ConvOp op);  // "conv2d_forward", ...
+
+// One convolution as cuDNN sees it, whatever the op: x (N, C, H, W) is the forward input (dx of the
+// data gradient), y (N, K, P, Q) the forward output (dy of both gradients), w (K, C/groups, R, S).
+struct ConvProblem {
+  ConvOp op = ConvOp::kForward;
+  Shape x, w, y;
+  MemoryFormat format = MemoryFormat::kContiguous;  // of x and y
+  Conv2dParams params;
+  KernelOptions options;
+};
+
+// Owns one cuDNN descriptor.
+template <typename T, cudnnStatus_t (*Create)(T*), cudnnStatus_t (*Destroy)(T)>
+class CudnnDescriptor {
+ public:
+  CudnnDescriptor() { tandem::cuda::check_cudnn(Create(&handle_), "cudnnCreate*Descriptor", "for a convolution plan"); }
+  ~CudnnDescriptor() { Destroy(handle_); }
+  CudnnDescriptor(const CudnnDescriptor&) = delete;
+  CudnnDescriptor& operator=(const CudnnDescriptor&) = delete;
+  T get() const { return handle_; }
+
+ private:
+  T handle_{};
+};
+
+using TensorDescriptor = CudnnDescriptor<cudnnTensorDescriptor_t, cudnnCreateTensorDescriptor,
+                                         cudnnDestroyTensorDescriptor>;
+using FilterDescriptor = CudnnDescriptor<cudnnFilterDescriptor_t, cudnnCreateFilterDescriptor,
+                                         cudnnDestroyFilterDescriptor>;
+using ConvolutionDescriptor = CudnnDescriptor<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor,
+                                              cudnnDestroyConvolutionDescriptor>;
+
+struct ConvPlan {
+  ConvOp op = ConvOp::kForward;
+  TensorDescriptor x, y;   // in compute_type: what the convolution reads and writes
+  TensorDescriptor y_f32;  // y as our f32 tensor: the bias add and the bias gradient use it
+  TensorDescriptor bias;   // (1, K, 1, 1) f32
+  FilterDescriptor w;      // in compute_type and filter_layout
+  ConvolutionDescriptor conv;
+  DType compute_type = DType::kF32;  // bf16 under bf16 autocast: x, w and y go through bf16 copies
+  FilterLayout filter_layout = FilterLayout::kKcrs;
+  bool chosen = false;  // false until a cudnn_benchmark problem's first call has timed the candidates
+  int algo = 0;         // a cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t, per op
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+  size_t workspace_bytes = 0;  // of the chosen algorithm; while !chosen, the budget of the timing run
+
+  bool stages_activations() const { return compute_type != DType::kF32; }
+  bool stages_filter() const { return compute_type != DType::kF32 || filter_layout != FilterLayout::kKcrs; }
+};
+
+// The buffers of one call as cuDNN reads and writes them: our tensors or their staged copies.
+struct ConvBuffers {
+  void* x = nullptr;
+  void* w = nullptr;
+  void* y = nullptr;
+};
+
+// Plans per problem, one cache per context.
+class ConvPlanCache {
+ public:
+  // The plan of the problem, created on its first use (descriptors and, unless cudnn_benchmark,
+  // the algorithm).
+  ConvPlan& get(tandem::cuda::CudaContext& cc, const ConvProblem& problem);
+
+ private:
+  using Key = std::array<int64_t, 24>;
+  static Key key_of(const ConvProblem& problem);
+  std::map<Key, std::unique_ptr<ConvPlan>> plans_;
+};
+
+// cudnn_benchmark: times the candidates on the call's buffers with workspace (plan.workspace_bytes of
+// it) and fixes the plan's algorithm. Blocks the host until the timing runs are done.
+void find_algorithm(tandem::cuda::CudaContext& cc, const ConvProblem& problem, ConvPlan& plan,
+                    const ConvBuffers& buffers, void* workspace);
+
+// "IMPLICIT_PRECOMP_GEMM", "ALGO_1", ... for the op's algorithm enum.
+std::string_view conv_algo_name(ConvOp op, int algo);
+
+}  // namespace tandem::backend::cuda
+
+// Error messages name the problem ("conv2d_forward x=[...] w=[...] y=[...] format=... stride=...")
+// and the plan ("algo=... math=... workspace=... bytes"); formatted only when a check fails.
+template <>
+struct fmt::formatter<tandem::backend::cuda::ConvProblem> : fmt::formatter<std::string_view> {
+  fmt::format_context::iterator format(const tandem::backend::cuda::ConvProblem& p, fmt::format_context& ctx) const;
+};
+
+template <>
+struct fmt::formatter<tandem::backend::cuda::ConvPlan> : fmt::formatter<std::string_view> {
+  fmt::format_context::iterator format(const tandem::backend::cuda::ConvPlan& p, fmt::format_context& ctx) const;
+};
