@@ -31,6 +31,56 @@ TEST_F(DoctorFakes, TwoGpusReady) {
   EXPECT_EQ(r.output.find("causes:"), std::string::npos) << r.output;
 }
 
+TEST_F(DoctorFakes, NvmlListsEveryGpuWithItsNumbers) {
+  ProbeResult r = run_probe("ready_2gpu", "CUDA_VISIBLE_DEVICES=1");
+  EXPECT_EQ(r.exit_code, 0);
+  // NVML lists both GPUs of the machine although CUDA sees one.
+  EXPECT_HAS(r.output, "NVML: driver 580.65.06, 2 GPUs on this machine (CUDA_VISIBLE_DEVICES does not apply), /");
+  EXPECT_HAS(r.output, "  nvml:0  Fake GPU 0  80.0 GiB, 1.5 GiB used  compute capability 9.0  driver 580.65.06  "
+                       "bus 00000000:17:00.0\n");
+  EXPECT_HAS(r.output, "  nvml:1  Fake GPU 1  80.0 GiB, 3.0 GiB used  compute capability 9.0  driver 580.65.06  "
+                       "bus 00000000:65:00.0\n");
+  EXPECT_HAS(r.output, "ready: cuda (1 GPU)");
+}
+
+TEST_F(DoctorFakes, NvmlInJson) {
+  ProbeResult r = run_probe("ready_2gpu", "", "--json");
+  EXPECT_HAS(r.output, "\"nvml\": {\"found\": true, \"path\": \"/");
+  EXPECT_HAS(r.output, "\"error\": null, \"driver_version\": \"580.65.06\", \"gpus\": [{\"index\": 0, ");
+  EXPECT_HAS(r.output, "{\"index\": 1, \"name\": \"Fake GPU 1\", \"total_memory\": 85899345920, "
+                       "\"used_memory\": 3221225472, \"compute_capability\": \"9.0\", \"driver_version\": "
+                       "\"580.65.06\", \"pci_bus_id\": \"00000000:65:00.0\"}]}");
+}
+
+// NVML is optional: without it the doctor says so in one line and the verdict does not change.
+TEST_F(DoctorFakes, MissingNvmlIsOneLineNotACause) {
+  ProbeResult r = run_probe("no_nvml");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_HAS(r.output, "\nNVML: not available (libnvidia-ml.so.1: not found in ");
+  EXPECT_HAS(r.output, "): the training log will not show GPU utilisation, memory and power\n");
+  EXPECT_EQ(r.output.find("nvml:0"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("causes:"), std::string::npos) << r.output;
+  EXPECT_HAS(r.output, "ready: cuda (2 GPUs)");
+  ProbeResult json = run_probe("no_nvml", "", "--json");
+  EXPECT_HAS(json.output, "\"nvml\": {\"found\": false, \"path\": null, \"error\": \"libnvidia-ml.so.1: not found in ");
+  EXPECT_HAS(json.output, "\"driver_version\": null, \"gpus\": []}");
+}
+
+TEST_F(DoctorFakes, NvmlThatCannotStartIsOneLine) {
+  ProbeResult r = run_probe("ready_2gpu", "FAKE_NVML_INIT_ERROR=9");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_HAS(r.output, "\nNVML: not available at /");
+  EXPECT_HAS(r.output, "libnvidia-ml.so.1 (nvmlInit_v2: Driver Not Loaded (9)): the training log will not show");
+}
+
+TEST_F(DoctorFakes, NvmlWithoutLibcudaPointsAtDriverCapabilities) {
+  ProbeResult r = run_probe("nvml_without_libcuda");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_HAS(r.output,
+             "ready: cpu only (no GPU): no CUDA driver library although NVML sees 2 GPUs (driver 580.65.06)");
+  EXPECT_HAS(r.output, "NVIDIA_DRIVER_CAPABILITIES=compute,utility");
+}
+
 TEST_F(DoctorFakes, JsonCarriesEveryField) {
   ProbeResult r = run_probe("ready_2gpu", "", "--json");
   EXPECT_EQ(r.exit_code, 0);

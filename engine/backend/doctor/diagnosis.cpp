@@ -26,6 +26,18 @@ int runtime_version(const DoctorReport& r) {
 }
 
 void diagnose_driver(DoctorReport& r) {
+  if (!r.driver.found && r.nvml.found && !r.nvml.gpus.empty()) {
+    // NVML (what nvidia-smi uses) is there and sees GPUs, libcuda is not: the driver is installed
+    // but its compute part was not mounted, typically a container started with
+    // NVIDIA_DRIVER_CAPABILITIES=utility (nvidia-smi works, CUDA does not).
+    add(r, Severity::kNoGpu,
+        fmt::format("no CUDA driver library although NVML sees {} GPU{} (driver {}): {}", r.nvml.gpus.size(),
+                    r.nvml.gpus.size() == 1 ? "" : "s", r.nvml.driver_version, r.driver.error),
+        "the driver's compute library libcuda.so.1 is missing beside a working nvidia-smi: in a container, set "
+        "NVIDIA_DRIVER_CAPABILITIES=compute,utility (or all) with `--gpus all`; on a host, reinstall the driver "
+        "package that provides libcuda.so.1 (e.g. libnvidia-compute-580)");
+    return;
+  }
   if (!r.driver.found) {
     add(r, Severity::kNoGpu, fmt::format("no NVIDIA driver: {}", r.driver.error),
         fmt::format("install the NVIDIA driver, {}, then check that `nvidia-smi` lists the GPUs; in a container, "

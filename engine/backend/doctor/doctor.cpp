@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "engine/backend/doctor/cuda_build_info.h"
+#include "engine/backend/doctor/nvml.h"
 #include "engine/backend/doctor/probes.h"
 #include "engine/backend/plugin_loader.h"
 
@@ -84,6 +85,7 @@ DoctorReport run_doctor(const DoctorOptions& options) {
   report.cublas = doctor_detail::probe_cublas(policy);
   report.nccl = doctor_detail::probe_nccl(policy);
   doctor_detail::probe_driver(policy, report);
+  report.nvml = doctor_detail::probe_nvml(policy);
   // Not with chosen folders: the plugin would bind to the libraries just loaded from them.
   if (options.probe_plugin && policy.exclusive_dirs.empty()) {
     const CudaPluginStatus& plugin = load_cuda_plugin();

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,6 +33,28 @@ struct GpuReport {
   int cc_minor = 0;
   bool kernels_usable = false;
   std::string kernels;  // "native (sm_90)", "PTX JIT from compute_90 (slow first start)", "none"
+};
+
+// One GPU as NVML sees it: every GPU of the machine, in NVML's (PCI bus) order, whatever
+// CUDA_VISIBLE_DEVICES says.
+struct NvmlGpuReport {
+  int index = 0;               // NVML's index (nvidia-smi's)
+  std::string name;
+  uint64_t memory_total = 0;   // bytes
+  uint64_t memory_used = 0;    // bytes, by every process
+  int cc_major = 0;
+  int cc_minor = 0;
+  std::string pci_bus_id;      // "00000000:65:00.0"
+};
+
+// libnvidia-ml.so.1: optional (it comes with the driver; without it only the per-GPU utilisation,
+// memory and power in the training log are missing), so its absence is a note, never a cause.
+struct NvmlReport {
+  bool found = false;          // loaded and initialised
+  std::string path;            // the real file loaded
+  std::string error;           // why not found, or which call failed
+  std::string driver_version;  // "580.65.06"
+  std::vector<NvmlGpuReport> gpus;
 };
 
 enum class Severity {
@@ -70,6 +93,7 @@ struct DoctorReport {
   std::optional<std::string> cuda_visible_devices;
   bool visible_devices_hide_all = false;
   std::vector<GpuReport> gpus;
+  NvmlReport nvml;
   std::string built_architectures;            // CMAKE_CUDA_ARCHITECTURES, "75 80 86 90"
   std::string plugin;                         // load_cuda_plugin's summary when probed
   bool plugin_loaded = false;

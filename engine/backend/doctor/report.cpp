@@ -1,5 +1,6 @@
 // The doctor's two renderings: aligned text for people, one JSON document for scripts (fields
-// driver, cuda_runtime, cudnn, cublas, nccl, gpus, verdict, causes, as issue 7 specifies).
+// driver, cuda_runtime, cudnn, cublas, nccl, gpus, verdict, causes, as issue 7 specifies; nvml,
+// every GPU NVML sees with its memory in use, as issue 10 adds).
 #include <fmt/format.h>
 
 #include "engine/backend/doctor/cuda_build_info.h"
@@ -71,6 +72,39 @@ std::string text_library(const char* title, const LibraryReport& lib) {
   return line + (notes.empty() ? "" : "  (" + notes + ")") + "\n";
 }
 
+// NVML's view: every GPU of the machine with its memory in use, or one line saying why there is
+// none (the training log then has no per-GPU utilisation, memory or power; nothing else changes).
+std::string text_nvml(const NvmlReport& n) {
+  if (!n.found) {
+    std::string where = n.path.empty() ? "" : " at " + n.path;
+    return fmt::format("NVML: not available{} ({}): the training log will not show GPU utilisation, memory and power\n",
+                       where, n.error);
+  }
+  std::string out = fmt::format("NVML: driver {}, {} GPU{} on this machine (CUDA_VISIBLE_DEVICES does not apply), {}\n",
+                                n.driver_version, n.gpus.size(), n.gpus.size() == 1 ? "" : "s", n.path);
+  for (const NvmlGpuReport& g : n.gpus) {
+    out += fmt::format("  nvml:{}  {}  {:.1f} GiB, {:.1f} GiB used  compute capability {}.{}  driver {}{}\n", g.index,
+                       g.name, static_cast<double>(g.memory_total) / (1 << 30),
+                       static_cast<double>(g.memory_used) / (1 << 30), g.cc_major, g.cc_minor, n.driver_version,
+                       g.pci_bus_id.empty() ? "" : "  bus " + g.pci_bus_id);
+  }
+  return out;
+}
+
+std::string json_nvml(const NvmlReport& n) {
+  std::string gpus;
+  for (const NvmlGpuReport& g : n.gpus) {
+    gpus += fmt::format(
+        "{}{{\"index\": {}, \"name\": {}, \"total_memory\": {}, \"used_memory\": {}, "
+        "\"compute_capability\": \"{}.{}\", \"driver_version\": {}, \"pci_bus_id\": {}}}",
+        gpus.empty() ? "" : ", ", g.index, json_string(g.name), g.memory_total, g.memory_used, g.cc_major, g.cc_minor,
+        json_string(n.driver_version), g.pci_bus_id.empty() ? "null" : json_string(g.pci_bus_id));
+  }
+  return fmt::format("{{\"found\": {}, \"path\": {}, \"error\": {}, \"driver_version\": {}, \"gpus\": [{}]}}", n.found,
+                     n.path.empty() ? "null" : json_string(n.path), n.error.empty() ? "null" : json_string(n.error),
+                     n.found ? json_string(n.driver_version) : "null", gpus);
+}
+
 }  // namespace
 
 std::string render_text(const DoctorReport& r) {
@@ -93,6 +127,7 @@ std::string render_text(const DoctorReport& r) {
     out += fmt::format("  cuda:{}  {}  {:.1f} GiB  compute capability {}.{}  kernels: {}\n", g.index, g.name,
                        static_cast<double>(g.total_memory) / (1 << 30), g.cc_major, g.cc_minor, g.kernels);
   }
+  out += text_nvml(r.nvml);
   if (!r.plugin.empty()) out += "plugin: " + r.plugin + "\n";
   if (!r.causes.empty()) out += "causes:\n";
   for (const Cause& c : r.causes) {
@@ -117,11 +152,12 @@ std::string render_json(const DoctorReport& r) {
   }
   return fmt::format(
       "{{\"driver\": {}, \"cuda_runtime\": {}, \"cudnn\": {}, \"cublas\": {}, \"nccl\": {}, \"gpus\": [{}], "
-      "\"cuda_visible_devices\": {}, \"visible_devices_hide_all\": {}, \"driver_init_error\": {}, "
+      "\"nvml\": {}, \"cuda_visible_devices\": {}, \"visible_devices_hide_all\": {}, \"driver_init_error\": {}, "
       "\"built_against\": {{\"cuda\": {}, \"architectures\": {}}}, \"search\": {}, \"plugin\": {}, "
       "\"verdict\": {}, \"verdict_code\": \"{}\", \"exit_code\": {}, \"causes\": [{}]}}\n",
       json_library(r.driver), json_library(r.cuda_runtime), json_library(r.cudnn), json_library(r.cublas),
-      json_library(r.nccl), gpus, r.cuda_visible_devices ? json_string(*r.cuda_visible_devices) : "null",
+      json_library(r.nccl), gpus, json_nvml(r.nvml),
+      r.cuda_visible_devices ? json_string(*r.cuda_visible_devices) : "null",
       r.visible_devices_hide_all, r.init_error.empty() ? "null" : json_string(r.init_error),
       json_string(build_info::kCudaVersionText), json_string(r.built_architectures), json_string(r.search),
       r.plugin.empty() ? "null" : json_string(r.plugin), json_string(r.verdict_line), verdict_name(r.verdict),
