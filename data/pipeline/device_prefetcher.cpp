@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <cstring>
 #include <utility>
 
@@ -76,6 +77,7 @@ void DevicePrefetcher::launch(Slot& slot) {
   Element host;
   slot.has_batch = batches_.next(&host);
   if (!slot.has_batch) return;
+  auto start = std::chrono::steady_clock::now();
   const std::vector<Tensor>& tensors = host.tensors;
   stage(slot, tensors);
   if (slot.device.size() != tensors.size()) slot.device.assign(tensors.size(), Tensor());
@@ -90,6 +92,7 @@ void DevicePrefetcher::launch(Slot& slot) {
   }
   slot.copied->record(*copy_stream_);
   stats_.batches_copied += 1;
+  stats_.copy_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   // The host batch goes back to the pipeline now: the copy reads the staging buffers.
 }
 

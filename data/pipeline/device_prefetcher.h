@@ -25,6 +25,7 @@ struct DevicePrefetchStats {
   int64_t bytes_staged = 0;           // copied from host batches into the pinned staging buffers
   int64_t staging_allocations = 0;    // pinned buffers allocated: one per slot and tensor while sizes fit
   int64_t staging_bytes_reserved = 0; // pinned memory held now
+  double copy_seconds = 0;            // host time staging batches and queueing their copies
 };
 
 class DevicePrefetcher {

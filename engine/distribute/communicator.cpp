@@ -21,6 +21,11 @@ void CollectiveHandle::wait() const {
   owner_->wait(sequence_);
 }
 
+void CollectiveHandle::wait_on(Stream& stream) const {
+  TANDEM_CHECK(owner_ != nullptr, ErrorCode::kFailedPrecondition, "wait_on on an empty collective handle");
+  owner_->stream_wait(sequence_, stream);
+}
+
 bool CollectiveHandle::done() const {
   TANDEM_CHECK(owner_ != nullptr, ErrorCode::kFailedPrecondition, "done() on an empty collective handle");
   return owner_->is_done(sequence_);

@@ -29,7 +29,9 @@ struct CommunicatorOptions {
 // Where a collective sits in the step, for watchdog and mismatch messages, and what it follows.
 struct CollectiveTag {
   int bucket = -1;          // the gradient bucket it reduces; -1 when it is not a bucket
-  Stream* after = nullptr;  // device work it must follow (the replica's compute stream); CPU: unused
+  // Device work it must follow; when null, the calling thread's current stream (ExecutionContext::
+  // bind) if it is on the communicator's device. CPU: unused.
+  Stream* after = nullptr;
 };
 
 class Communicator;
@@ -40,6 +42,9 @@ class CollectiveHandle {
  public:
   CollectiveHandle() = default;
   void wait() const;
+  // Work queued on `stream` from now on follows the collective: on a GPU the stream waits for it and
+  // the host goes on (its failure surfaces at the next host wait); on the CPU this is wait().
+  void wait_on(Stream& stream) const;
   bool done() const;  // true once complete or failed; never blocks
   bool valid() const { return owner_ != nullptr; }
   uint64_t sequence() const { return sequence_; }
@@ -90,6 +95,7 @@ class Communicator {
   friend class CollectiveHandle;
   virtual void wait(uint64_t sequence) = 0;
   virtual bool is_done(uint64_t sequence) = 0;
+  virtual void stream_wait(uint64_t sequence, Stream&) { wait(sequence); }
   CollectiveHandle make_handle(uint64_t sequence) { return CollectiveHandle(this, sequence); }
 
  private:

@@ -164,7 +164,8 @@ const std::string& GradientBucketer::parameter_name(int index) const {
   return state_->names.at(static_cast<size_t>(index));
 }
 
-void GradientBucketer::finish(const std::function<void(const std::vector<int>&)>& on_bucket) {
+void GradientBucketer::finish(const std::function<void(const std::vector<int>&)>& on_bucket,
+                              const std::function<void(bool)>& on_wait) {
   State& s = *state_;
   std::string missing = s.missing_gradients();
   if (!missing.empty()) {
@@ -178,7 +179,14 @@ void GradientBucketer::finish(const std::function<void(const std::vector<int>&)>
   }
   try {
     for (size_t b = 0; b < s.buckets.size(); ++b) {
-      s.handles[b].wait();
+      // On a GPU the replica's stream waits for the bucket and the host goes on queueing the update.
+      if (on_wait) on_wait(true);
+      if (s.ctx->device().is_cpu()) {
+        s.handles[b].wait();
+      } else {
+        s.handles[b].wait_on(s.ctx->stream());
+      }
+      if (on_wait) on_wait(false);
       for (int p : s.buckets[b].params) {
         auto i = static_cast<size_t>(p);
         s.copy(s.reduced[i].raw_data(), s.slot_ptr(p), s.reduced[i].nbytes());

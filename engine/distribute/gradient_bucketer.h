@@ -55,7 +55,10 @@ class GradientBucketer {
   // buckets are still being reduced. A parameter that got no gradient this step is an error
   // naming it; the group is aborted first, so the other replicas stop at once instead of
   // waiting for a bucket that never comes.
-  void finish(const std::function<void(const std::vector<int>&)>& on_bucket = {});
+  // on_wait(true) and on_wait(false) bracket each wait for a bucket (on a GPU, the replica stream's
+  // wait), so a timer can measure how much of the all-reduce stays exposed.
+  void finish(const std::function<void(const std::vector<int>&)>& on_bucket = {},
+              const std::function<void(bool)>& on_wait = {});
   // Forgets the gradients of an interrupted step (an exception in forward or backward).
   void reset();
 

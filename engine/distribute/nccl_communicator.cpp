@@ -218,6 +218,9 @@ CollectiveHandle NcclCommunicator::all_gather_async(const Tensor& x, const Tenso
 }
 
 CollectiveHandle NcclCommunicator::launch(CollectiveDesc desc, const Tensor& x, const Tensor& out, Stream* after) {
+  if (after == nullptr && current_stream() != nullptr && current_stream()->device() == device_) {
+    after = current_stream();  // the tensor was written by work queued there
+  }
   TANDEM_CHECK(after == nullptr || after->device() == device_, ErrorCode::kInvalidArgument,
                "replica {}: tag.after is a stream on {}, but the collectives run on {}", rank_,
                after == nullptr ? std::string() : after->device().str(), device_.str());
@@ -262,6 +265,15 @@ void NcclCommunicator::enqueue(const CollectiveDesc& desc, const Tensor& x, cons
   entry.x = x;
   entry.out = out;
   entry.launched_at = std::chrono::steady_clock::now();
+}
+
+void NcclCommunicator::stream_wait(uint64_t sequence, Stream& stream) {
+  std::unique_lock lock(mutex_);
+  TANDEM_CHECK(sequence >= 1 && sequence <= launched_, ErrorCode::kInvalidArgument,
+               "replica {}: stream wait for collective #{}, but #{} is the last launched", rank_, sequence, launched_);
+  if (poll(sequence)) return;
+  // Not complete yet, so its ring entry is not reused: its event is still this collective's.
+  ring_[sequence % kRing].done->wait(stream);
 }
 
 bool NcclCommunicator::poll(uint64_t sequence) {

@@ -44,6 +44,7 @@ class NcclCommunicator final : public Communicator {
  protected:
   void wait(uint64_t sequence) override;
   bool is_done(uint64_t sequence) override;
+  void stream_wait(uint64_t sequence, Stream& stream) override;
 
  private:
   friend class NcclCommunicatorGroup;

@@ -34,6 +34,9 @@ void broadcast_parameters(Communicator& comm, nn::Module& module, int root) {
   std::vector<CollectiveHandle> handles;
   handles.reserve(state.size());
   for (auto& [name, t] : state) {
+    // Host counters (num_batches_tracked, kept on the host by Module::to) advance identically on
+    // every replica; the device communicator cannot take them.
+    if (t.device().is_cpu() && !comm.device().is_cpu()) continue;
     TANDEM_CHECK(t.device() == comm.device(), ErrorCode::kInvalidArgument,
                  "broadcast_parameters: {} is {}, but the communicator works on {}", name, t.describe(),
                  comm.device().str());

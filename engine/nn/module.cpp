@@ -103,7 +103,11 @@ void Module::to(Device device) {
     p.value() = p.value().to(device);
     p.zero_grad();
   }
-  for (auto& [name, b] : named_buffers()) *b = b->to(device);
+  // Integer buffers are counters (BatchNorm's num_batches_tracked) that the host advances each step:
+  // they stay on the host, so counting needs no device kernel and no copy.
+  for (auto& [name, b] : named_buffers()) {
+    if (b->dtype() != DType::kI64) *b = b->to(device);
+  }
 }
 
 }  // namespace tandem::nn

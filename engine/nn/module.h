@@ -43,7 +43,8 @@ class Module {
   void load_state_dict(const std::map<std::string, Tensor>& state, bool strict = true);
 
   void zero_grad();
-  // Moves every parameter and buffer to device (an explicit copy; gradients are dropped).
+  // Moves every parameter and floating-point buffer to device (an explicit copy; gradients are
+  // dropped). Integer buffers (counters such as num_batches_tracked) stay on the host.
   void to(Device device);
 
  protected:

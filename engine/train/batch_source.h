@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "engine/core/context.h"
 #include "engine/core/tensor.h"
 
 namespace tandem::train {
@@ -16,6 +17,9 @@ struct Batch {
 class BatchSource {
  public:
   virtual ~BatchSource() = default;
+  // The replica's context, given once by its thread before the first epoch: a source whose batches
+  // come from the host copies them to ctx.device(), ordered with ctx.stream().
+  virtual void bind(ExecutionContext& ctx) { (void)ctx; }
   // Starts a pass over this replica's shard; the order may depend on the epoch (reshuffling).
   virtual void start_epoch(int64_t epoch) = 0;
   // The next batch of this epoch; false when the shard is exhausted. Errors (a corrupt record)

@@ -147,6 +147,8 @@ Keys prepare_keys(PrepareConfig& c) {
 void add_train_keys(TrainConfig& c, Keys& keys) {
   keys["seed"] = [&](auto& n, auto& p) { c.seed = static_cast<uint64_t>(as_int(n, p, 0)); };
   keys["deterministic"] = [&](auto& n, auto& p) { c.deterministic = as_bool(n, p); };
+  keys["precision"] = [&](auto& n, auto& p) { c.precision = one_of(n, p, {"fp32", "tf32", "bf16"}); };
+  keys["cudnn_benchmark"] = [&](auto& n, auto& p) { c.cudnn_benchmark = as_bool(n, p); };
   keys["device"] = [&](auto& n, auto& p) { c.device.device = one_of(n, p, {"auto", "cpu", "cuda"}); };
   keys["devices"] = [&](auto& n, auto& p) { c.device.devices = devices_text(n, p); };
   keys["model"] = [&](auto& n, auto& p) { walk(n, p, model_keys(c.model)); };
@@ -184,6 +186,18 @@ distribute::ReplicaPlanRequest plan_request(const TrainConfig& c) {
   request.global_batch_size = c.loop.global_batch_size;
   request.per_replica_batch_size = c.loop.per_replica_batch_size;
   return request;
+}
+
+}  // namespace tandem::train
+
+namespace tandem::train {
+
+KernelOptions kernel_options(const TrainConfig& config) {
+  KernelOptions o;
+  o.deterministic = config.deterministic;
+  o.cudnn_benchmark = config.cudnn_benchmark;
+  o.precision = parse_precision(config.precision);
+  return o;
 }
 
 }  // namespace tandem::train

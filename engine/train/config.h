@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/context.h"
 #include "engine/core/yaml_walk.h"
 #include "engine/distribute/replica_plan.h"
 #include "engine/optim/optimizer.h"
@@ -71,6 +72,8 @@ struct PrepareConfig {
 struct TrainConfig {
   uint64_t seed = 0;
   bool deterministic = false;
+  std::string precision = "fp32";  // fp32 | tf32 | bf16: the arithmetic of convolutions and matmuls
+  bool cudnn_benchmark = false;    // time cuDNN's algorithms once per shape instead of its heuristics
   DeviceConfig device;
   ModelConfig model;
   LoopConfig loop;
@@ -88,6 +91,9 @@ void add_train_keys(TrainConfig& config, yaml::Keys& keys);
 
 // Checks across sections (exactly one batch size, schedule milestones within the run, ...).
 void validate(const TrainConfig& config);
+
+// The kernel options of a replica's ExecutionContext (precision, determinism, algorithm search).
+KernelOptions kernel_options(const TrainConfig& config);
 
 // The replica-plan request of the device and batch keys; how many GPUs are usable, and why not,
 // is for the caller to add (the trainer asks the doctor).

@@ -26,6 +26,7 @@ void Progress::update(const ProgressLine& l) {
                                               : fmt::format("{}", l.step_in_epoch);
   std::string stats = fmt::format("{:.0f} img/s | loss {:.4f} | lr {:.4g} | input wait {:.1f}%", l.images_per_sec, l.loss,
                                   l.lr, 100.0 * l.input_wait_fraction);
+  if (!l.devices.empty()) stats += " | " + l.devices;
   if (terminal_) {
     constexpr int kWidth = 24;
     int filled = l.steps_in_epoch > 0 ? static_cast<int>(kWidth * l.step_in_epoch / l.steps_in_epoch) : 0;

@@ -17,6 +17,7 @@ struct ProgressLine {
   double loss = 0;
   double lr = 0;
   double input_wait_fraction = 0;
+  std::string devices;  // "cuda:0 util 97% mem 31.2/80.0 GiB 412 W | cuda:1 ..." (GPU replicas, NVML)
 };
 
 class Progress {

@@ -3,8 +3,10 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <cmath>
 
 #include "engine/autograd/ops.h"
+#include "engine/backend/ops.h"
 #include "engine/distribute/replica_sync.h"
 #include "engine/distribute/sync_batchnorm.h"
 #include "engine/nn/init.h"
@@ -35,14 +37,18 @@ ReplicaLoop::ReplicaLoop(Trainer::Shared& shared, int rank)
 
 void ReplicaLoop::setup() {
   Device device = plan_.devices[static_cast<size_t>(rank_)];
-  ctx_ = std::make_unique<ExecutionContext>(device, plan_.threads_per_replica);
+  ctx_ = std::make_unique<ExecutionContext>(device, plan_.threads_per_replica, 0, kernel_options(config_));
+  ctx_->bind();  // this thread's device, and the stream its implicit copies and allocations follow
   ctx_->generator() = Generator::for_replica(config_.seed, 0, rank_);
+  shared_.setup.train_sources[static_cast<size_t>(rank_)]->bind(*ctx_);
+  if (!shared_.setup.eval_sources.empty()) shared_.setup.eval_sources[static_cast<size_t>(rank_)]->bind(*ctx_);
   nn::init::manual_seed(config_.seed);  // per thread: every replica draws the same initial weights
   model_ = shared_.setup.make_model();
   model_->to(device);
   model_->train();
   optimizer_ = optim::make_optimizer(model_->named_parameters(), config_.optimizer);
-  comm_ = &shared_.group->communicator(rank_);
+  comm_ = &shared_.device_communicator(rank_);
+  host_comm_ = &shared_.group->communicator(rank_);
   if (shared_.resume) {
     auto path = shared_.checkpoints->path_for_step(shared_.resume->step);
     CheckpointManager::load(path, *model_, optimizer_.get());
@@ -63,13 +69,42 @@ void ReplicaLoop::setup() {
   distribute::broadcast_parameters(*comm_, *model_);
   bucketer_ = std::make_unique<distribute::GradientBucketer>(*comm_, *ctx_, model_->named_parameters(),
                                                              bucket_options(config_.distribute));
-  flag_ = Tensor::zeros({1}, DType::kF32, device);
+  timer_ = std::make_unique<StepTimer>(*ctx_);
+  flag_ = Tensor::zeros({1}, DType::kF32);
   stats_ = Tensor::zeros({3}, DType::kF32, device);
+  host_stats_ = Tensor::zeros({3}, DType::kF32);
 }
 
 bool ReplicaLoop::done() const { return config_.loop.steps > 0 && step_ >= config_.loop.steps; }
 
 void ReplicaLoop::run() {
+  try {
+    run_epochs();
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kResourceExhausted || ctx_ == nullptr || ctx_->device().is_cpu()) throw;
+    throw Error(e.code(), fmt::format("replica {}: {}; {}", rank_, e.what(), out_of_memory_advice()));
+  }
+}
+
+std::string ReplicaLoop::out_of_memory_advice() const {
+  AllocatorStats s = ctx_->allocator().stats();
+  int64_t batch = plan_.per_replica_batch_size;
+  if (s.oom_bytes_asked <= 0 || s.oom_bytes_in_use <= 0) {
+    return fmt::format("the per-replica batch size is {}: lower it, or set precision: bf16", batch);
+  }
+  // What the step held when it failed fitted; it needed at least the request more. Memory grows
+  // about linearly with the batch, so this batch fits in what was held (rounded down to 8s).
+  double fits = static_cast<double>(batch) * static_cast<double>(s.oom_bytes_in_use) /
+                static_cast<double>(s.oom_bytes_in_use + s.oom_bytes_asked);
+  int64_t suggestion = std::max<int64_t>(1, static_cast<int64_t>(fits) / 8 * 8);
+  if (suggestion >= batch) suggestion = std::max<int64_t>(1, batch / 2);
+  return fmt::format("with per-replica batch size {} the step held {:.2f} GiB and asked for {:.2f} GiB more; "
+                     "per_replica_batch_size: {} (or fewer) should fit, or set precision: bf16",
+                     batch, static_cast<double>(s.oom_bytes_in_use) / (1 << 30),
+                     static_cast<double>(s.oom_bytes_asked) / (1 << 30), suggestion);
+}
+
+void ReplicaLoop::run_epochs() {
   setup();
   auto [first_epoch, skip] = resume_position();
   int64_t last_epoch = config_.loop.steps > 0 ? INT64_MAX : config_.loop.epochs;
@@ -120,7 +155,7 @@ std::pair<int64_t, int64_t> ReplicaLoop::resume_position() const {
 
 bool ReplicaLoop::all_have_batch(bool mine) {
   flag_.data<float>()[0] = mine ? 1.0f : 0.0f;
-  comm_->all_reduce(flag_, distribute::ReduceOp::kSum);
+  host_comm_->all_reduce(flag_, distribute::ReduceOp::kSum);
   return static_cast<int>(flag_.data<float>()[0]) == plan_.replicas();
 }
 
@@ -142,6 +177,7 @@ std::pair<int64_t, bool> ReplicaLoop::train_epoch(int64_t epoch, int64_t skip_ba
     times.copy = source.copy_seconds() - copy_before;
     times.input_wait = seconds_since(start) - times.copy;
     comm_->set_step(step_);
+    host_comm_->set_step(step_);
     if (!all_have_batch(have)) {
       // Not every replica has a full batch: the epoch ends here for all of them.
       if (have) dropped_ += batch.labels.numel();
@@ -151,15 +187,16 @@ std::pair<int64_t, bool> ReplicaLoop::train_epoch(int64_t epoch, int64_t skip_ba
       completed = true;
       break;
     }
-    train_step(batch, times);
+    train_step(batch);
     double step_seconds = seconds_since(start);
     ++step_;
     ++batches;
     ++epoch_steps;
     epoch_times += times;
+    add_phases(timer_->step_done(step_), epoch_times);
     interval_input_ += times.input_wait;
     interval_total_ += step_seconds;
-    if (step_ > start_step_ + config_.loop.warmup_steps_for_timing) {
+    if (timed(step_)) {
       ++timed_steps_;
       timed_seconds_ += step_seconds;
       timed_breakdown_ += times;
@@ -176,6 +213,7 @@ std::pair<int64_t, bool> ReplicaLoop::train_epoch(int64_t epoch, int64_t skip_ba
       checkpoint(epoch, batches);
     }
   }
+  add_phases(timer_->drain(), epoch_times);
   int64_t dropped_total = static_cast<int64_t>(reduce_scalar_sum(static_cast<double>(dropped_)));
   dropped_ = 0;
   if (rank_ == 0) {
@@ -192,71 +230,76 @@ std::pair<int64_t, bool> ReplicaLoop::train_epoch(int64_t epoch, int64_t skip_ba
   return {batches, completed};
 }
 
-void ReplicaLoop::train_step(const Batch& batch, StepBreakdown& times) {
+bool ReplicaLoop::timed(int64_t step) const { return step > start_step_ + config_.loop.warmup_steps_for_timing; }
+
+void ReplicaLoop::add_phases(const std::vector<std::pair<int64_t, DevicePhases>>& steps, StepBreakdown& epoch) {
+  for (const auto& [step, p] : steps) {
+    StepBreakdown b;
+    b.forward = p.forward;
+    b.backward = p.backward;
+    b.all_reduce = p.all_reduce;
+    b.optimizer = p.optimizer;
+    epoch += b;
+    if (timed(step)) timed_breakdown_ += b;
+  }
+}
+
+void ReplicaLoop::train_step(const Batch& batch) {
   float lr = shared_.schedule->lr_at(step_);
   optimizer_->set_lr(lr);
   optimizer_->zero_grad();  // gradients accumulate across backward calls otherwise
-  auto t = Clock::now();
+  timer_->start();
   autograd::Variable logits = model_->forward(*ctx_, autograd::Variable(batch.x));
   autograd::Variable loss = autograd::cross_entropy_loss(*ctx_, logits, batch.labels, config_.loop.label_smoothing,
                                                          plan_.global_batch_size);
-  times.forward = seconds_since(t);
-  t = Clock::now();
+  timer_->forward_done();
   loss.backward(ctx_.get());
-  times.backward = seconds_since(t);
-  reduce_and_update(times);
+  timer_->backward_done();
+  reduce_and_update();
   // The loss is this replica's share of the global mean; scale back to a sum of example losses.
-  loss_sum_ += static_cast<double>(loss.value().to_vector()[0]) * static_cast<double>(plan_.global_batch_size);
-  correct_ += static_cast<double>(count_top_k(logits.value(), batch.labels, 1));
-  seen_ += static_cast<double>(batch.labels.numel());
+  // Summed on the device: nothing is read back until a log line needs it.
+  backend::accumulate_classification_stats(*ctx_, loss.value(), static_cast<float>(plan_.global_batch_size),
+                                           logits.value(), batch.labels, stats_);
 }
 
-void ReplicaLoop::reduce_and_update(StepBreakdown& times) {
-  auto t = Clock::now();
+void ReplicaLoop::reduce_and_update() {
+  // The timer measures how long the replica's stream (the host, on the CPU) waits for each bucket:
+  // the all-reduce time that backward did not hide. The rest, up to the step's end, is the optimizer.
+  auto on_wait = [this](bool begins) { begins ? timer_->wait_begins() : timer_->wait_ends(); };
   if (config_.loop.clip_grad_norm > 0) {
     // Clipping needs the norm of every gradient: wait for all buckets, then update.
-    bucketer_->finish();
-    times.all_reduce = seconds_since(t);
-    t = Clock::now();
+    bucketer_->finish({}, on_wait);
     optim::clip_grad_norm(*ctx_, model_->named_parameters(), config_.loop.clip_grad_norm);
     optimizer_->step(*ctx_);
-    times.optimizer = seconds_since(t);
     return;
   }
   // Each bucket's parameters are updated as soon as it is reduced, while later buckets are still
-  // in flight; the time spent updating is taken out of the all-reduce wait.
-  double updating = 0;
-  bucketer_->finish([&](const std::vector<int>& params) {
-    auto u = Clock::now();
-    optimizer_->update_params(*ctx_, params);
-    updating += seconds_since(u);
-  });
+  // in flight.
+  bucketer_->finish([&](const std::vector<int>& params) { optimizer_->update_params(*ctx_, params); }, on_wait);
   optimizer_->finish_step();
-  times.all_reduce = seconds_since(t) - updating;
-  times.optimizer = updating;
 }
 
 double ReplicaLoop::reduce_scalar_sum(double value) {
   flag_.data<float>()[0] = static_cast<float>(value);
-  comm_->all_reduce(flag_, distribute::ReduceOp::kSum);
+  host_comm_->all_reduce(flag_, distribute::ReduceOp::kSum);
   return flag_.data<float>()[0];
 }
 
 void ReplicaLoop::log_step(int64_t epoch, int64_t step_in_epoch) {
   bool log_now = step_ % config_.loop.log_every_steps == 0 || shared_.setup.terminal;
   if (!log_now) return;
-  float* s = stats_.data<float>();
-  s[0] = static_cast<float>(loss_sum_);
-  s[1] = static_cast<float>(correct_);
-  s[2] = static_cast<float>(seen_);
-  comm_->all_reduce(stats_, distribute::ReduceOp::kSum);
-  loss_sum_ = correct_ = seen_ = 0;
+  // The one read of the device per log line, ordered after this replica's queued steps.
+  host_stats_.copy_from(stats_);
+  stats_.zero_();
+  host_comm_->all_reduce(host_stats_, distribute::ReduceOp::kSum);
+  const float* s = host_stats_.data<float>();
   if (rank_ != 0 || s[2] == 0) return;
   last_train_loss_ = s[0] / s[2];
   double images_per_sec = interval_total_ > 0 ? s[2] / interval_total_ : 0.0;
   ProgressLine line{epoch, config_.loop.steps > 0 ? 0 : config_.loop.epochs, step_in_epoch,
                     shared_.setup.steps_per_epoch, step_, images_per_sec, last_train_loss_,
-                    shared_.schedule->lr_at(step_ - 1), interval_total_ > 0 ? interval_input_ / interval_total_ : 0.0};
+                    shared_.schedule->lr_at(step_ - 1), interval_total_ > 0 ? interval_input_ / interval_total_ : 0.0, {}};
+  line.devices = report_gpus(line.input_wait_fraction);
   shared_.progress.update(line);
   for (MetricsSink* sink : shared_.setup.sinks) {
     sink->scalar("train/loss", last_train_loss_, step_);
@@ -266,6 +309,35 @@ void ReplicaLoop::log_step(int64_t epoch, int64_t step_in_epoch) {
     sink->scalar("train/input_wait_fraction", line.input_wait_fraction, step_);
   }
   interval_input_ = interval_total_ = 0;
+}
+
+}  // namespace tandem::train
+
+namespace tandem::train {
+
+std::string ReplicaLoop::report_gpus(double input_wait_fraction) {
+  Trainer::Shared& s = shared_;
+  if (!s.gpu_monitor) return {};
+  s.gpu_monitor->sample_into(s.gpu_indices, s.gpu_samples);
+  std::string text;
+  for (size_t i = 0; i < s.gpu_samples.size(); ++i) {
+    const backend::GpuSample& g = s.gpu_samples[i];
+    text += (i == 0 ? "" : " | ") + backend::format_gpu_sample(g);
+    std::string prefix = fmt::format("gpu{}/", g.index);
+    for (MetricsSink* sink : s.setup.sinks) {
+      // NVML leaves out what a board does not report (NaN): no made-up zeros in the curves.
+      if (std::isfinite(g.utilization_percent)) sink->scalar(prefix + "utilization_percent", g.utilization_percent, step_);
+      if (std::isfinite(g.memory_used_mb)) sink->scalar(prefix + "memory_used_mb", g.memory_used_mb, step_);
+      if (std::isfinite(g.power_watts)) sink->scalar(prefix + "power_watts", g.power_watts, step_);
+    }
+    std::string verdict = backend::gpu_idle_verdict(g.utilization_percent, input_wait_fraction);
+    if (!verdict.empty() && !s.gpu_idle_warned[i]) {
+      s.gpu_idle_warned[i] = 1;
+      s.progress.finish_line();
+      spdlog::warn("cuda:{} at step {}: {}", g.index, step_, verdict);
+    }
+  }
+  return text;
 }
 
 }  // namespace tandem::train

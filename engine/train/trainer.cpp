@@ -16,6 +16,16 @@ int64_t Trainer::Shared::total_steps() const {
   return setup.steps_per_epoch > 0 ? loop.epochs * setup.steps_per_epoch : 0;
 }
 
+distribute::Communicator& Trainer::Shared::device_communicator(int rank) {
+  if (device_group) return device_group->communicator(rank);
+  return group->communicator(rank);
+}
+
+void Trainer::Shared::abort(const std::string& reason) noexcept {
+  group->abort(reason);
+  if (device_group) device_group->abort(reason);
+}
+
 void Trainer::Shared::record_error(std::exception_ptr error, bool is_abort) {
   std::lock_guard lock(error_mutex);
   // The root cause wins over the "aborted because replica r failed" errors it triggers.
@@ -34,12 +44,24 @@ void check_setup(const TrainerSetup& s) {
   TANDEM_CHECK(s.eval_sources.empty() || static_cast<int>(s.eval_sources.size()) == r, ErrorCode::kInvalidArgument,
                "trainer: {} replicas but {} evaluation sources", r, s.eval_sources.size());
   TANDEM_CHECK(s.make_model != nullptr, ErrorCode::kInvalidArgument, "trainer: no model factory");
+  const Device first = s.plan.devices.front();
   for (const Device& d : s.plan.devices) {
-    TANDEM_CHECK(d.is_cpu(), ErrorCode::kUnimplemented,
-                 "trainer: replicas on {} need the CUDA kernels and the NCCL communicator, which this build does not "
-                 "wire into the training loop yet; use device: cpu",
-                 d.str());
+    TANDEM_CHECK(d.type == first.type, ErrorCode::kInvalidArgument,
+                 "trainer: replicas on {} and {}: all replicas must be on one kind of device", first.str(), d.str());
   }
+  TANDEM_CHECK(first.is_cpu() || !s.config.distribute.sync_batchnorm || r == 1, ErrorCode::kUnimplemented,
+               "distribute.sync_batchnorm on GPU replicas is not implemented yet (its statistics are merged on the "
+               "host); set sync_batchnorm: false, or train on device: cpu");
+  TANDEM_CHECK(!first.is_cpu() || s.config.precision == "fp32", ErrorCode::kInvalidArgument,
+               "precision: {} needs GPU replicas (TF32 and bf16 tensor cores); the CPU backend computes in fp32: set "
+               "precision: fp32, or device: cuda",
+               s.config.precision);
+}
+
+std::vector<int> cuda_indices(const distribute::ReplicaPlan& plan) {
+  std::vector<int> out;
+  for (const Device& d : plan.devices) out.push_back(d.index);
+  return out;
 }
 
 void log_replica_change(const CheckpointMeta& resume, const distribute::ReplicaPlan& plan) {
@@ -57,18 +79,33 @@ void log_replica_change(const CheckpointMeta& resume, const distribute::ReplicaP
   }
 }
 
+void open_gpu_monitor(Trainer::Shared& s) {
+  std::string why_not;
+  s.gpu_monitor = backend::GpuMonitor::open(&why_not);
+  if (!s.gpu_monitor) {
+    spdlog::info("GPU utilisation, memory and power will not be logged: {}", why_not);
+    return;
+  }
+  if (!s.gpu_monitor->mapping_note().empty()) spdlog::warn("{}", s.gpu_monitor->mapping_note());
+  s.gpu_indices = cuda_indices(s.setup.plan);
+  s.gpu_idle_warned.assign(s.gpu_indices.size(), 0);
+}
+
 }  // namespace
 
 Trainer::Trainer(TrainerSetup setup) {
   check_setup(setup);
   Progress progress(setup.terminal, setup.config.loop.log_every_steps);
-  shared_ = std::unique_ptr<Shared>(
-      new Shared{std::move(setup), nullptr, nullptr, nullptr, std::nullopt, {}, progress, {}, {}, nullptr, false});
+  shared_ = std::make_unique<Shared>(std::move(setup), progress);
   Shared& s = *shared_;
   const TrainConfig& c = s.setup.config;
   distribute::CommunicatorOptions comm_options;
   comm_options.timeout = std::chrono::milliseconds(static_cast<int64_t>(c.distribute.watchdog_timeout_s * 1000));
   s.group = std::make_unique<distribute::CpuCommunicatorGroup>(s.setup.plan.replicas(), comm_options);
+  if (!s.setup.plan.devices.front().is_cpu()) {
+    s.device_group = std::make_unique<distribute::NcclCommunicatorGroup>(cuda_indices(s.setup.plan), comm_options);
+    open_gpu_monitor(s);
+  }
   int64_t total = s.total_steps();
   TANDEM_CHECK(total > 0 || c.schedule.name == "constant" || c.schedule.name == "step" ||
                    c.schedule.name == "multistep",
@@ -101,10 +138,10 @@ RunSummary Trainer::run() {
         ReplicaLoop(s, r).run();
       } catch (const Error& e) {
         s.record_error(std::current_exception(), e.code() == ErrorCode::kAborted);
-        s.group->abort(fmt::format("replica {} failed: {}", r, e.what()));
+        s.abort(fmt::format("replica {} failed: {}", r, e.what()));
       } catch (const std::exception& e) {
         s.record_error(std::current_exception(), false);
-        s.group->abort(fmt::format("replica {} failed: {}", r, e.what()));
+        s.abort(fmt::format("replica {} failed: {}", r, e.what()));
       }
     });
   }

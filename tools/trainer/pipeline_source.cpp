@@ -7,15 +7,31 @@ namespace tandem::tools {
 PipelineBatchSource::PipelineBatchSource(data::Dataset dataset, bool channels_last, data::PipelineBudget budget)
     : dataset_(std::move(dataset)), channels_last_(channels_last), budget_(budget) {}
 
+void PipelineBatchSource::bind(ExecutionContext& ctx) {
+  device_ = ctx.device();
+  compute_ = &ctx.stream();
+}
+
 void PipelineBatchSource::start_epoch(int64_t epoch) {
-  iterator_.reset();  // stops and joins the previous epoch's threads first
+  if (prefetcher_) copied_before_ += prefetcher_->stats().copy_seconds;
+  prefetcher_.reset();  // waits for its copies, then lets go of its iterator's threads
+  iterator_.reset();    // stops and joins the previous epoch's threads first
   iterator_.emplace(dataset_.make_iterator(epoch, budget_));
+  if (!device_.is_cpu()) {
+    prefetcher_ = std::make_unique<data::DevicePrefetcher>(std::move(*iterator_), device_, compute_);
+    iterator_.reset();
+  }
 }
 
 bool PipelineBatchSource::next(train::Batch& batch) {
-  TANDEM_CHECK(iterator_.has_value(), ErrorCode::kFailedPrecondition, "batch source: next() before start_epoch()");
+  TANDEM_CHECK(iterator_.has_value() || prefetcher_, ErrorCode::kFailedPrecondition,
+               "batch source: next() before start_epoch()");
   data::Element element;
-  if (!iterator_->next(&element)) return false;
+  if (prefetcher_) {
+    if (!prefetcher_->next(&element.tensors)) return false;
+  } else if (!iterator_->next(&element)) {
+    return false;
+  }
   batch = to_batch(element, channels_last_);
   return true;
 }
@@ -39,6 +55,14 @@ train::Batch to_batch(const data::Element& element, bool channels_last) {
   batch.x = channels_last ? images.view({s[0], s[3], s[1], s[2]}, MemoryFormat::kChannelsLast) : images;
   batch.labels = labels;
   return batch;
+}
+
+}  // namespace tandem::tools
+
+namespace tandem::tools {
+
+double PipelineBatchSource::copy_seconds() const {
+  return copied_before_ + (prefetcher_ ? prefetcher_->stats().copy_seconds : 0.0);
 }
 
 }  // namespace tandem::tools
