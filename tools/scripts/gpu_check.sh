@@ -1,0 +1,624 @@
+#!/usr/bin/env bash
+# The one-call GPU check (docs/GPU_CHECK.md), run on the lent H200 machine in one device call, over
+# the archive tools/scripts/gpu_pack.sh made here (.gpu/tandem-gpu.tar.xz, carried as ".gpu"):
+#   unpack; find the CUDA, cuDNN, cuBLAS and NCCL libraries (the pip `nvidia` packages, then the
+#   CUDA install) and the driver, set LD_LIBRARY_PATH, check with ldd that every binary loads; then
+#   nvidia_smi       record nvidia-smi (and sample the device memory in use every 0.5 s throughout)
+#   doctor           trainer doctor --json --device cuda
+#   gpu_tests        ctest -L gpu over the carried ctest files (else each test_*_gpu binary, gtest JSON)
+#   resnet20         one epoch of configs/resnet.yaml (ResNet-20, Fashion-MNIST) with device: cuda
+#   r50_tandem_*     bench/gpu_train_bench: ResNet-50, 224x224, batch 256, NHWC; fp32, tf32, bf16
+#   r50_pytorch      bench/pytorch_resnet50.py: the same in PyTorch on the same GPU
+#   sanitizer        the kernel tests (test_cuda_gpu) again under compute-sanitizer memcheck
+# and writes gpu_check.json, gpu_check.md and gpu_check_logs.tar.gz to the output folder. Every step
+# is time-boxed with `timeout` inside one overall budget (a step gets at most its own limit, and never
+# time that the later steps' minimums need); a failed or timed-out step is recorded and the next runs.
+#
+# usage: bash tools/scripts/gpu_check.sh [--out DIR] [--archive FILE] [--budget SECONDS] [--skip a,b]
+#   --out DIR      where the reports go (default: $OUT on the device machine, else build-gpu/gpu-check-out)
+#   --archive F    the pack (default .gpu/tandem-gpu.tar.xz)
+#   --budget S     overall wall-clock budget, unpacking and reports included (default 420: 7 minutes)
+#   --skip LIST    steps to leave out, by the names above (for a short rerun of the rest)
+# Environment: GPU_CHECK_R50_STEPS (20), GPU_CHECK_R50_WARMUP (5), GPU_CHECK_CTEST_JOBS (8),
+#   GPU_CHECK_CUDA_FROM (pip: the pip nvidia packages first; toolkit: /usr/local/cuda first),
+#   GPU_CHECK_SANITIZE_ALL=1 (memcheck every kernel, cuDNN's and cuBLAS's too: much slower),
+#   GPU_CHECK_SANITIZE_TESTS (test_cuda_gpu), GPU_CHECK_SANITIZE_FILTER (gtest filter, -Nccl*),
+#   GPU_CHECK_WORK (scratch folder, default /tmp/tandem-gpu-check), GPU_CHECK_IGNORE_NO_GPU=1 (run
+#   the GPU steps even without a GPU, to test their wiring: they fail or skip quickly).
+# Exit 0: every step passed; 1: something needs attention (the reports say what); 2: no GPU here
+# (it stops at the first GPU step and says why, after unpacking and finding the libraries).
+set -uo pipefail  # no -e: a failing step is a finding, recorded, and the check goes on
+
+self=$(readlink -f "$0")
+root=$(cd "$(dirname "$self")/../.." && pwd)
+say() { echo "[gpu_check $(($(date +%s) - ${t0:-$(date +%s)}))s] $*"; }
+
+# ---- steps that run under `timeout` (this script runs itself: bash "$self" __step NAME) ----------
+step_nvidia_smi() {
+  nvidia-smi && nvidia-smi -q >"$logs/nvidia_smi_q.txt" &&
+    nvidia-smi --format=csv >"$logs/nvidia_smi.csv" \
+      --query-gpu=name,driver_version,memory.total,memory.used,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw,pstate ||
+    return 1
+  nvidia-smi --query-gpu=compute_cap --format=csv,noheader >"$logs/nvidia_smi_cc.txt" 2>/dev/null
+  cat "$logs/nvidia_smi.csv"
+}
+
+step_doctor() { "$pk/tools/trainer" doctor --json --device cuda >"$logs/doctor.json"; }
+
+step_gpu_tests() {
+  # The carried ctest files name this build's paths as placeholders: fill in where the pack is now.
+  for f in "$pk"/ctest/CTestTestfile.cmake "$pk"/ctest/tests/*.cmake; do
+    local dest=$pk/${f#"$pk"/ctest/}
+    mkdir -p "$(dirname "$dest")"
+    sed -e "s#@PACK_ROOT@#$pk#g" -e "s#@SOURCE_ROOT@#$root#g" "$f" >"$dest"
+  done
+  local n=0
+  if command -v ctest >/dev/null; then
+    n=$(ctest --test-dir "$pk" -N -L gpu 2>&1 | sed -n 's/^Total Tests: //p')
+  fi
+  if [[ ${n:-0} -gt 0 ]] && ctest --help 2>&1 | grep -c -- --output-junit >/dev/null; then
+    # --stop-time: ctest ends every test before this step's own limit, so it still writes its
+    # JUnit file when a slow test would have taken the whole step down with it.
+    local stop
+    stop=$(date -d "@$((step_deadline - 10))" +%H:%M:%S)
+    echo "runner: ctest ($n tests labelled gpu, $ctest_jobs at a time, all stopped by $stop)"
+    ctest --test-dir "$pk" -L gpu -j "$ctest_jobs" --timeout 120 --stop-time "$stop" --output-on-failure \
+      --no-tests=error --output-junit "$logs/ctest_junit.xml"
+    return
+  fi
+  echo "runner: gtest (ctest $(command -v ctest >/dev/null && echo "lists $n gpu tests here, or has no --output-junit" || echo "is not installed"))"
+  local rc=0 bin
+  for bin in "$pk"/tests/test_*_gpu; do
+    [[ -x $bin ]] || continue
+    "$bin" --gtest_output="json:$logs/gtest_$(basename "$bin").json" || rc=1
+  done
+  return $rc
+}
+
+step_resnet20() {
+  cd "$work" || return 1
+  local data=$pk/data/fashion-mnist
+  "$pk/tools/trainer" --config "$root/configs/resnet.yaml" --run-dir "$work/runs/resnet20" \
+    --set device=cuda --set train.epochs=1 --set prepare.source=none \
+    --set "data.files=$data/train-*.tfrecord" --set "eval_data.files=$data/test-*.tfrecord"
+}
+
+step_r50_tandem() {  # precision
+  [[ -x $pk/bench/gpu_train_bench ]] || { echo "gpu_train_bench is not in the pack (see MANIFEST)"; return 3; }
+  "$pk/bench/gpu_train_bench" --precision "$1" --batch 256 --steps "$r50_steps" --warmup "$r50_warmup" --json
+}
+
+step_r50_pytorch() {
+  # The system's own library path: ours (Debian's zlib, libpng...) must not shadow what Python loads.
+  LD_LIBRARY_PATH=$orig_ld PYTHONUNBUFFERED=1 python3 "$root/bench/pytorch_resnet50.py" --precision fp32,tf32,bf16 \
+    --batch 256 --steps "$r50_steps" --warmup "$r50_warmup"
+}
+
+step_sanitizer() {
+  local cs c
+  cs=$(command -v compute-sanitizer)
+  for c in /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer; do
+    [[ -z $cs && -x $c ]] && cs=$c
+  done
+  [[ -n $cs ]] || { echo "compute-sanitizer not found"; return 3; }
+  # Only our kernels (all in namespace tandem) are instrumented: cuDNN's and cuBLAS's under memcheck
+  # would take the whole budget. GPU_CHECK_SANITIZE_ALL=1 checks every kernel.
+  local filter=()
+  if [[ ${GPU_CHECK_SANITIZE_ALL:-0} != 1 ]] && "$cs" --help 2>&1 | grep -c -- '--kernel-name ' >/dev/null; then
+    filter=(--kernel-name kns=tandem)
+  fi
+  local rc=0 name
+  for name in ${GPU_CHECK_SANITIZE_TESTS:-test_cuda_gpu}; do
+    [[ -x $pk/tests/$name ]] || { echo "$name is not in the pack"; rc=3; continue; }
+    local log=$logs/sanitizer_$name.log
+    # NCCL's collectives (proxy threads, host-mapped memory) are slow under memcheck and not our kernels.
+    local tests=(--gtest_brief=1 --gtest_filter="${GPU_CHECK_SANITIZE_FILTER:--Nccl*}"
+                 --gtest_output="json:$logs/sanitizer_$name.json")
+    local cmd=("$cs" --tool memcheck --error-exitcode 99 --print-limit 30 "${filter[@]}" "$pk/tests/$name" "${tests[@]}")
+    echo "${cmd[*]}"
+    "${cmd[@]}" >"$log" 2>&1
+    local r=$?
+    if ((r != 0 && ${#filter[@]} > 0)) && ! grep -q "ERROR SUMMARY" "$log"; then
+      echo "the kernel filter was refused; again without it"
+      cmd=("$cs" --tool memcheck --error-exitcode 99 --print-limit 30 "$pk/tests/$name" "${tests[@]}")
+      "${cmd[@]}" >"$log" 2>&1
+      r=$?
+    fi
+    grep -m 40 -E "ERROR SUMMARY|Invalid|FAILED|PASSED" "$log"
+    ((r == 0)) || rc=$r
+  done
+  return $rc
+}
+
+# ---- the reports: gpu_check.json (every figure) and gpu_check.md (the same, to read) --------------
+report_py=$(cat <<'PY'
+import csv, glob, json, os, re, time
+import xml.etree.ElementTree as ET
+
+E = os.environ
+work, pk, logs, out = E["work"], E["pk"], E["logs"], E["GPU_CHECK_OUT"]
+hint = E["GPU_CHECK_HINT"]
+
+
+def read(path):
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def load_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def json_lines(text):
+    found = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                found.append(json.loads(line))
+            except ValueError:
+                pass
+    return found
+
+
+def last_lines(path, n=3):
+    lines = [l for l in read(path).splitlines() if l.strip()]
+    return " | ".join(lines[-n:])[-600:]
+
+
+manifest = dict(l.split("=", 1) for l in read(f"{pk}/MANIFEST").splitlines() if "=" in l)
+steps = []
+for line in read(f"{logs}/steps.tsv").splitlines():
+    name, status, rc, secs, limit, start, end, note = (line.split("\t") + [""] * 8)[:8]
+    steps.append({"name": name, "status": status, "exit_code": int(rc) if rc else None, "seconds": float(secs or 0),
+                  "limit_s": int(limit or 0), "start": float(start or 0), "end": float(end or 0), "note": note,
+                  "log": f"logs/{name}.log"})
+step = {s["name"]: s for s in steps}
+os_release = dict(l.split("=", 1) for l in read("/etc/os-release").splitlines() if "=" in l)
+report = {
+    "schema": 1, "hint": hint, "reason": E.get("GPU_CHECK_REASON", ""),
+    "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - int(E["GPU_CHECK_WALL"]))),
+    "wall_s": int(E["GPU_CHECK_WALL"]), "budget_s": int(E["GPU_CHECK_BUDGET"]),
+    "host": {"os": os_release.get("PRETTY_NAME", "").strip('"'), "kernel": os.uname().release,
+             "cpus": os.cpu_count(), "glibc": os.confstr("CS_GNU_LIBC_VERSION")},
+    "pack": manifest, "ld_library_path": read(f"{logs}/ld_library_path.txt").strip(),
+    "libraries": dict(l.split("\t", 1) for l in read(f"{logs}/libraries.tsv").splitlines() if "\t" in l),
+    "ldd_problems": [l for l in read(f"{logs}/ldd_problems.txt").splitlines() if l.strip()],
+    "steps": steps,
+}
+
+# nvidia-smi
+rows = list(csv.reader(read(f"{logs}/nvidia_smi.csv").splitlines()))
+gpu = {h.strip(): v.strip() for h, v in zip(rows[0], rows[1])} if len(rows) > 1 else {}
+gpu["list"] = read(f"{logs}/nvidia_smi_L.txt").strip()
+gpu["compute_cap"] = read(f"{logs}/nvidia_smi_cc.txt").strip()
+report["gpu"] = gpu
+report["doctor"] = load_json(f"{logs}/doctor.json")
+
+# gpu tests: ctest's summary and JUnit file, or gtest's JSON files
+log = read(f"{logs}/gpu_tests.log")
+tests = {"runner": (re.findall(r"^runner: (\w+)", log, re.M) or ["none"])[0], "failed_names": [], "skipped": []}
+junit = f"{logs}/ctest_junit.xml"
+if tests["runner"] == "ctest" and os.path.exists(junit):
+    try:
+        cases = list(ET.parse(junit).getroot().iter("testcase"))
+    except ET.ParseError:
+        cases = []
+    tests["total"] = len(cases)
+    for c in cases:
+        name = c.get("name")
+        if c.find("failure") is not None or c.get("status") == "fail":
+            tests["failed_names"].append(name)
+        elif c.find("skipped") is not None or c.get("status") in ("notrun", "disabled"):
+            text = (c.findtext("system-out") or "").splitlines()
+            why = [text[i + 1] for i, l in enumerate(text[:-1]) if l.rstrip().endswith("Skipped")]
+            tests["skipped"].append({"name": name, "why": (why or [""])[0][:300]})
+else:
+    m = re.search(r"(\d+)% tests passed, (\d+) tests? failed out of (\d+)", log)
+    if m:
+        tests["total"] = int(m.group(3))
+        tests["failed_names"] = re.findall(r"^\s*\d+ - (\S+) \((?:Failed|Timeout|SEGFAULT|Subprocess aborted|Exception|Not Run)", log, re.M)
+    total = 0
+    for path in sorted(glob.glob(f"{logs}/gtest_*.json")):
+        doc = load_json(path) or {}
+        for suite in doc.get("testsuites", []):
+            for t in suite.get("testsuite", []):
+                total += 1
+                name = f"{suite.get('name')}.{t.get('name')}"
+                if t.get("failures"):
+                    tests["failed_names"].append(name)
+                elif t.get("result") == "SKIPPED":
+                    tests["skipped"].append({"name": name, "why": (t.get("skipped") or [{}])[0].get("message", "")[:300]
+                                             if isinstance(t.get("skipped"), list) else ""})
+    if total:
+        tests["total"] = total
+listed = re.search(r"^runner: ctest \((\d+) tests", log, re.M)
+tests["listed"] = int(listed.group(1)) if listed else tests.get("total", 0)
+# gtest's JSON has no skip message: the reasons are the lines after "Skipped" in the log.
+lines = log.splitlines()
+tests["skip_reasons"] = sorted({t["why"] for t in tests["skipped"] if t["why"]} or
+                               {lines[i + 1][:300] for i, l in enumerate(lines[:-1]) if l.rstrip().endswith("Skipped")})
+tests["failed"] = len(tests["failed_names"])
+tests["passed"] = max(0, tests.get("total", 0) - tests["failed"] - len(tests["skipped"]))
+report["tests"] = tests
+
+# compute-sanitizer
+san = {"kernel_filter": "kns=tandem" if "--kernel-name" in read(f"{logs}/sanitizer.log") else "none", "binaries": {}}
+for path in sorted(glob.glob(f"{logs}/sanitizer_*.log")):
+    name = os.path.basename(path)[len("sanitizer_"):-len(".log")]
+    text = read(path)
+    m = re.search(r"ERROR SUMMARY: (\d+) error", text)
+    doc = load_json(f"{logs}/sanitizer_{name}.json") or {}
+    san["binaries"][name] = {"errors": int(m.group(1)) if m else None, "finished": bool(m),
+                             "tests": doc.get("tests"), "test_failures": doc.get("failures"),
+                             "first_errors": [l for l in text.splitlines() if l.startswith("========= ") and
+                                              ("Invalid" in l or "Error" in l)][:5]}
+report["sanitizer"] = san
+
+# ResNet-20, one epoch
+summary = load_json(f"{work}/runs/resnet20/run_summary.json")
+r20 = {"run_summary": summary}
+if summary:
+    fm = summary.get("final_metrics", {})
+    r20.update({"images_per_sec": summary.get("images_per_sec"), "train_loss": fm.get("train_loss"),
+                "eval_top1": fm.get("eval_top1"), "eval_loss": fm.get("eval_loss"), "steps": summary.get("steps"),
+                "wall_time_s": summary.get("wall_time_s"), "device": summary.get("device"),
+                "step_time_ms": summary.get("step_time_ms"), "input_bound_verdict": summary.get("input_bound_verdict")})
+    train_top1 = [r for r in csv.DictReader(read(f"{work}/runs/resnet20/metrics.csv").splitlines())
+                  if r.get("tag") == "train/top1"]
+    if train_top1:
+        r20["train_top1_last_logged"] = float(train_top1[-1]["value"])
+elif "resnet20" in step:
+    r20["error"] = last_lines(f"{logs}/resnet20.log")
+report["resnet20"] = r20
+
+# ResNet-50: ours and PyTorch's, and their ratio
+r50 = {"tandem": {}, "pytorch": {}, "ratio_tandem_over_pytorch": {}}
+for p in ("fp32", "tf32", "bf16"):
+    got = [d for d in json_lines(read(f"{logs}/r50_tandem_{p}.log")) if "images_per_sec" in d]
+    if got:
+        r50["tandem"][p] = got[0]
+    elif f"r50_tandem_{p}" in step:
+        r50["tandem"][p] = {"error": last_lines(f"{logs}/r50_tandem_{p}.log")}
+for d in json_lines(read(f"{logs}/r50_pytorch.log")):
+    if d.get("precision"):
+        r50["pytorch"][d["precision"]] = d
+    elif d.get("error"):
+        r50["pytorch"]["error"] = d["error"]
+for p in ("fp32", "tf32", "bf16"):
+    a, b = r50["tandem"].get(p, {}).get("images_per_sec"), r50["pytorch"].get(p, {}).get("images_per_sec")
+    r50["ratio_tandem_over_pytorch"][p] = round(a / b, 3) if a and b else None
+report["resnet50"] = r50
+
+# Device memory in use (nvidia-smi every 0.5 s): the whole check's peak and each step's
+samples = []
+for line in read(f"{logs}/gpu_memory.csv").splitlines():
+    parts = [x.strip() for x in line.split(",")]
+    try:
+        stamp, frac = (parts[0].split(".") + ["0"])[:2]
+        samples.append((time.mktime(time.strptime(stamp, "%Y/%m/%d %H:%M:%S")) + float("0." + frac), int(parts[1])))
+    except (ValueError, IndexError):
+        pass
+memory = {"samples": len(samples), "peak_used_mib": max((m for _, m in samples), default=None),
+          "idle_used_mib": samples[0][1] if samples else None, "per_step_peak_used_mib": {}}
+for s in steps:
+    inside = [m for t, m in samples if s["start"] - 0.5 <= t <= s["end"] + 0.5]
+    if inside:
+        memory["per_step_peak_used_mib"][s["name"]] = max(inside)
+memory["tandem_allocator_peak_bytes"] = {p: d.get("peak_bytes_in_use") for p, d in r50["tandem"].items()}
+memory["pytorch_peak_allocated_bytes"] = {p: d.get("peak_bytes_allocated") for p, d in r50["pytorch"].items()
+                                          if isinstance(d, dict)}
+report["memory"] = memory
+
+# Verdict
+problems = []
+if hint == "no_gpu":
+    problems.append(f"no GPU: {report['reason']}")
+elif hint == "not_packed":
+    problems.append(report["reason"])
+for key in ("targets_missing", "targets_stale"):
+    if manifest.get(key, "").strip():
+        problems.append(f"pack: {key.split('_')[1]} targets: {manifest[key]}")
+if report["ldd_problems"]:
+    problems.append(f"ldd: {len(report['ldd_problems'])} unresolved libraries (first: {report['ldd_problems'][0]})")
+for s in steps:
+    if s["status"] not in ("ok",) and not (s["status"] == "skipped" and s["note"] == "--skip"):
+        problems.append(f"step {s['name']}: {s['status']}" + (f" (exit {s['exit_code']})" if s["exit_code"] else "")
+                        + (f", {s['note']}" if s["note"] else ""))
+if tests["failed"]:
+    problems.append(f"gpu tests: {tests['failed']} failed: {', '.join(tests['failed_names'][:10])}")
+if tests["listed"] > tests.get("total", 0):
+    problems.append(f"gpu tests: {tests['listed'] - tests.get('total', 0)} of {tests['listed']} never ran (out of time)")
+if tests["skipped"] and hint == "ran":
+    problems.append(f"gpu tests: {len(tests['skipped'])} skipped on a GPU machine ({'; '.join(tests['skip_reasons'])[:300]})")
+for name, b in san["binaries"].items():
+    if b["errors"]:
+        problems.append(f"compute-sanitizer: {b['errors']} memcheck errors in {name}")
+status = {"no_gpu": "no_gpu", "not_packed": "not_packed"}.get(hint, "ok" if not problems else "attention")
+report["status"], report["problems"] = status, problems
+with open(f"{out}/gpu_check.json", "w") as f:
+    json.dump(report, f, indent=2)
+
+
+# Markdown
+def num(v, fmt="{:.1f}"):
+    return "-" if v is None else fmt.format(v)
+
+
+def gib(v):
+    return "-" if not v else f"{v / 2**30:.2f}"
+
+
+md = [f"# GPU check: {status}", ""]
+md.append(f"{report['started_at']}, {gpu.get('name', 'no GPU')}, driver {gpu.get('driver_version', '-')}, "
+          f"{report['host']['os']} ({report['host']['glibc']}); pack {manifest.get('git_commit', '?')[:12]} "
+          f"({manifest.get('git_dirty_files', '?')} files uncommitted) built {manifest.get('built_at', '?')}, "
+          f"sm {manifest.get('cuda_architectures', '?')}; {report['wall_s']} s of a {report['budget_s']} s budget.")
+md += ["", "## Problems", ""] + ([f"- {p}" for p in problems] or ["none"])
+md += ["", "## Steps", "", "| step | status | seconds | limit s | peak GPU memory used, MiB |", "|---|---|---|---|---|"]
+for s in steps:
+    md.append(f"| {s['name']} | {s['status']} | {s['seconds']:.1f} | {s['limit_s']} | "
+              f"{memory['per_step_peak_used_mib'].get(s['name'], '-')} |")
+md += ["", f"Peak device memory in use over the whole check (nvidia-smi): {memory['peak_used_mib'] or '-'} MiB "
+       f"(idle {memory['idle_used_mib'] or '-'} MiB)."]
+md += ["", "## GPU tests", "", f"runner {tests['runner']}: {tests['listed']} listed, {tests.get('total', 0)} ran, {tests['passed']} passed, "
+       f"{tests['failed']} failed, {len(tests['skipped'])} skipped."]
+md += [f"- failed: {n}" for n in tests["failed_names"][:30]]
+md += [f"- skipped: {t['name']}" + (f": {t['why']}" if t["why"] else "") for t in tests["skipped"][:10]]
+md += [f"- skip reason: {r}" for r in tests["skip_reasons"][:5]]
+md += ["", "## compute-sanitizer memcheck", "", f"kernel filter: {san['kernel_filter']}"]
+for name, b in san["binaries"].items():
+    md.append(f"- {name}: {num(b['errors'], '{}')} errors" + ("" if b["finished"] else " (did not finish)")
+              + f", {num(b['tests'], '{}')} tests, {num(b['test_failures'], '{}')} test failures")
+    md += [f"  - {l}" for l in b["first_errors"]]
+md += ["", "## ResNet-20, one epoch of configs/resnet.yaml on the GPU", ""]
+if summary:
+    md += ["| images/s | train loss | train top-1 (last logged) | eval top-1 | eval loss | steps | wall s |",
+           "|---|---|---|---|---|---|---|",
+           f"| {num(r20['images_per_sec'])} | {num(r20['train_loss'], '{:.4f}')} | "
+           f"{num(r20.get('train_top1_last_logged'), '{:.4f}')} | {num(r20['eval_top1'], '{:.4f}')} | "
+           f"{num(r20['eval_loss'], '{:.4f}')} | {r20['steps']} | {num(r20['wall_time_s'])} |"]
+    if r20.get("input_bound_verdict"):
+        md += ["", f"Input: {r20['input_bound_verdict']}"]
+else:
+    md.append(f"no run summary: {r20.get('error', 'not run')}")
+md += ["", f"## ResNet-50 training, 224x224, batch 256, NHWC, {E.get('r50_steps')} timed steps after "
+       f"{E.get('r50_warmup')} warm-up", "",
+       "| precision | Tandem images/s | PyTorch images/s | Tandem / PyTorch | Tandem step p50 / p95 ms | "
+       "PyTorch step p50 / p95 ms | Tandem peak GiB | PyTorch peak GiB |", "|---|---|---|---|---|---|---|---|"]
+for p in ("fp32", "tf32", "bf16"):
+    a, b = r50["tandem"].get(p, {}), r50["pytorch"].get(p, {})
+    sa, sb = a.get("step_ms", {}), b.get("step_ms", {})
+    md.append(f"| {p} | {num(a.get('images_per_sec'))} | {num(b.get('images_per_sec'))} | "
+              f"{num(r50['ratio_tandem_over_pytorch'][p], '{:.3f}')} | {num(sa.get('p50'))} / {num(sa.get('p95'))} | "
+              f"{num(sb.get('p50'))} / {num(sb.get('p95'))} | {gib(a.get('peak_bytes_in_use'))} | "
+              f"{gib(b.get('peak_bytes_allocated'))} |")
+for p in ("fp32", "tf32", "bf16"):
+    for who in ("tandem", "pytorch"):
+        if "error" in r50[who].get(p, {}):
+            md.append(f"- {who} {p}: {r50[who][p]['error']}")
+if "error" in r50["pytorch"]:
+    md.append(f"- pytorch: {r50['pytorch']['error']}")
+if r50["pytorch"]:
+    first = next((d for d in r50["pytorch"].values() if isinstance(d, dict) and d.get("torch")), {})
+    md += ["", f"PyTorch {first.get('torch', '?')}, cuDNN {first.get('cudnn', '?')}, model: {first.get('model_source', '?')}."]
+doctor = report["doctor"] or {}
+md += ["", "## trainer doctor", "", f"{doctor.get('verdict', 'no report')}"]
+md += [f"- {c.get('severity')}: {c.get('summary')} (fix: {c.get('fix')})" for c in doctor.get("causes", [])]
+md += ["", "## Libraries", "", "| library | from |", "|---|---|"]
+md += [f"| {k} | {v or 'NOT FOUND'} |" for k, v in report["libraries"].items()]
+md += ["", "Logs: gpu_check_logs.tar.gz (logs/<step>.log, steps.tsv, nvidia-smi, doctor.json, the ResNet-20 run summary)."]
+with open(f"{out}/gpu_check.md", "w") as f:
+    f.write("\n".join(md) + "\n")
+raise SystemExit({"ok": 0, "no_gpu": 2}.get(status, 1))
+PY
+)
+
+if [[ ${1:-} == __step ]]; then
+  name=$2
+  shift 2
+  "step_$name" "$@"
+  exit $?
+fi
+
+# ---- the driver ---------------------------------------------------------------------------------
+t0=$(date +%s)
+out_dir=${OUT:-$root/build-gpu/gpu-check-out}
+archive=$root/.gpu/tandem-gpu.tar.xz
+budget=420 skip=""
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --out) out_dir=$2; shift 2 ;;
+    --archive) archive=$2; shift 2 ;;
+    --budget) budget=$2; shift 2 ;;
+    --skip) skip=$2; shift 2 ;;
+    -h|--help) sed -n '2,/^set -uo/p' "$self" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "gpu_check: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+work=${GPU_CHECK_WORK:-/tmp/tandem-gpu-check}
+pk=$work/pack logs=$work/logs
+deadline=$((t0 + budget))
+report_reserve=20  # seconds kept for the reports and the log archive
+export root work pk logs
+export r50_steps=${GPU_CHECK_R50_STEPS:-20} r50_warmup=${GPU_CHECK_R50_WARMUP:-5} ctest_jobs=${GPU_CHECK_CTEST_JOBS:-8}
+export orig_ld=${LD_LIBRARY_PATH:-}
+case $work in /|"$root"|"$HOME"|"") echo "gpu_check: GPU_CHECK_WORK=$work would be wiped: choose a scratch folder" >&2; exit 1 ;; esac
+rm -rf "$work" && mkdir -p "$pk" "$logs" "$out_dir" || { echo "gpu_check: cannot create $work or $out_dir" >&2; exit 1; }
+steps_tsv=$logs/steps.tsv
+: >"$steps_tsv"
+
+# Order, limit and minimum of each step: a step never takes time that later steps' minimums need.
+order=(nvidia_smi doctor gpu_tests resnet20 r50_tandem_fp32 r50_tandem_tf32 r50_tandem_bf16 r50_pytorch sanitizer)
+declare -A cap=([nvidia_smi]=20 [doctor]=40 [gpu_tests]=120 [resnet20]=100 [r50_tandem_fp32]=70 [r50_tandem_tf32]=60
+                [r50_tandem_bf16]=60 [r50_pytorch]=120 [sanitizer]=120)
+declare -A floor=([nvidia_smi]=5 [doctor]=10 [gpu_tests]=40 [resnet20]=40 [r50_tandem_fp32]=30 [r50_tandem_tf32]=30
+                  [r50_tandem_bf16]=30 [r50_pytorch]=60 [sanitizer]=0)
+
+record() {  # name status rc seconds limit start end note
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >>"$steps_tsv"
+}
+
+run_step() {  # name [args for step_<function>]; the function is the name up to a precision suffix
+  local name=$1 fn=$1
+  shift
+  [[ $name == r50_tandem_* ]] && fn=r50_tandem
+  local now
+  now=$(date +%s)
+  if [[ ,$skip, == *,$name,* ]]; then
+    record "$name" skipped "" 0 0 "$now" "$now" "--skip"
+    return 0
+  fi
+  local later=0 seen=0 s
+  for s in "${order[@]}"; do
+    ((seen)) && later=$((later + floor[$s]))
+    [[ $s == "$name" ]] && seen=1
+  done
+  local limit=${cap[$name]} left=$((deadline - now - report_reserve - later))
+  ((left < limit)) && limit=$left
+  if ((limit < 5)); then
+    say "$name: skipped, out of time"
+    record "$name" skipped "" 0 "$limit" "$now" "$now" "out of time"
+    return 0
+  fi
+  say "$name (limit ${limit}s)"
+  local start end rc status
+  start=$(date +%s.%N)
+  step_deadline=$((now + limit)) timeout -k 10 "$limit" bash "$self" __step "$fn" "$@" >"$logs/$name.log" 2>&1
+  rc=$?
+  end=$(date +%s.%N)
+  case $rc in
+    0) status=ok ;;
+    124|137) status=timeout ;;
+    3) status=unavailable ;;
+    *) status=failed ;;
+  esac
+  local secs
+  secs=$(awk -v a="$start" -v b="$end" 'BEGIN {printf "%.1f", b - a}')
+  record "$name" "$status" "$rc" "$secs" "$limit" "$start" "$end" ""
+  say "$name: $status (exit $rc) in ${secs}s; log $name.log"
+  [[ $status == ok ]] || tail -5 "$logs/$name.log" | sed 's/^/    /'
+}
+
+write_reports() {  # status-hint (no_gpu / not_packed / ran)
+  [[ -n ${sampler:-} ]] && kill "$sampler" 2>/dev/null
+  GPU_CHECK_HINT=$1 GPU_CHECK_WALL=$(($(date +%s) - t0)) GPU_CHECK_BUDGET=$budget GPU_CHECK_OUT=$out_dir \
+    GPU_CHECK_REASON=${no_gpu_reason:-} python3 - <<<"$report_py"
+  local rc=$?
+  # Logs, the ResNet-20 run's summary and metrics: one file (the device call returns 8 files at most).
+  cp "$work/runs/resnet20/run_summary.json" "$logs/resnet20_run_summary.json" 2>/dev/null
+  cp "$work/runs/resnet20/metrics.csv" "$logs/resnet20_metrics.csv" 2>/dev/null
+  cp "$pk/MANIFEST" "$logs/MANIFEST" 2>/dev/null
+  find "$logs" -type f -size +4M -exec sh -c 'tail -c 4M "$1" >"$1.tail" && mv "$1.tail" "$1"' _ {} \;
+  tar -C "$work" -czf "$out_dir/gpu_check_logs.tar.gz" logs
+  cat "$out_dir/gpu_check.md" 2>/dev/null
+  say "reports in $out_dir: gpu_check.json, gpu_check.md, gpu_check_logs.tar.gz"
+  return $rc
+}
+
+# ---- unpack -------------------------------------------------------------------------------------
+if [[ ! -f $archive ]]; then
+  no_gpu_reason="no pack at $archive: run tools/scripts/gpu_pack.sh here first, and carry .gpu"
+  say "$no_gpu_reason"
+  write_reports not_packed
+  exit 1
+fi
+say "unpacking $archive ($(du -h "$archive" | cut -f1)) into $pk"
+if command -v xz >/dev/null; then
+  xz -dc -T0 "$archive" | tar -C "$pk" -xf -
+else  # a bare image without xz-utils: Python's tarfile reads xz too
+  python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$archive" "$pk"
+fi || { no_gpu_reason="cannot unpack $archive"; write_reports not_packed; exit 1; }
+sed 's/^/    /' "$pk/MANIFEST"
+
+# ---- libraries: the CUDA stack of this machine, our Debian libraries from the pack --------------
+site_dirs=$(python3 -c 'import site; print("\n".join(site.getsitepackages()))' 2>/dev/null)
+pip_dirs=() toolkit_dirs=()
+for sp in $site_dirs; do
+  for d in "$sp"/nvidia/cu13/lib "$sp"/nvidia/*/lib; do [[ -d $d ]] && pip_dirs+=("$d"); done
+done
+for d in "${CUDA_HOME:-/usr/local/cuda}"/lib64 /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+         /usr/local/cuda/lib /usr/lib/x86_64-linux-gnu; do
+  [[ -d $d ]] && toolkit_dirs+=("$d")
+done
+if [[ ${GPU_CHECK_CUDA_FROM:-pip} == toolkit ]]; then search=("${toolkit_dirs[@]}" "${pip_dirs[@]}")
+else search=("${pip_dirs[@]}" "${toolkit_dirs[@]}"); fi
+cuda_ld=""
+: >"$logs/libraries.tsv"
+while read -r soname; do
+  [[ -n $soname ]] || continue
+  found=""
+  for d in "${search[@]}"; do [[ -e $d/$soname ]] && { found=$d; break; }; done
+  printf '%s\t%s\n' "$soname" "${found:+$found/$soname}" >>"$logs/libraries.tsv"
+  [[ -n $found && :$cuda_ld: != *:$found:* ]] && cuda_ld=${cuda_ld:+$cuda_ld:}$found
+done <"$pk/cuda_needed.txt"
+# The driver's libcuda.so.1: normally on the loader's path already; else in the driver's folder.
+driver_dir=""
+if ! ldconfig -p 2>/dev/null | grep -c 'libcuda\.so\.1 ' >/dev/null; then
+  for d in /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib/x86_64-linux-gnu /usr/lib64; do
+    [[ -e $d/libcuda.so.1 ]] && { driver_dir=$d; break; }
+  done
+fi
+printf 'libcuda.so.1\t%s\n' "$(ldconfig -p 2>/dev/null | awk '$1 == "libcuda.so.1" && !seen++ {print $NF}')${driver_dir:+$driver_dir/libcuda.so.1}" >>"$logs/libraries.tsv"
+ours=$pk/lib:$pk/engine/core
+export LD_LIBRARY_PATH=$ours${cuda_ld:+:$cuda_ld}${driver_dir:+:$driver_dir}${orig_ld:+:$orig_ld}
+# Every binary's libraries resolve; the plugin's symbols too (a cuBLAS or cuDNN older than the
+# build's headers shows here as an undefined symbol, before any step fails on it).
+ldd_check() {
+  find "$pk" -type f \( -perm -u+x -o -name '*.so*' \) -not -path "$pk/data/*" -not -path "$pk/lib/fallback/*" \
+    -exec sh -c 'for f; do ldd "$f" 2>&1 | grep -E "not found" | sed "s#^#${f#$0/}: #"; done' "$pk" {} +
+  local plugin=$pk/engine/backend/cuda/libtandem_cuda.so
+  [[ -f $plugin ]] && ldd -r "$plugin" 2>&1 | grep "undefined symbol" | sed "s#^#engine/backend/cuda/libtandem_cuda.so: #"
+}
+ldd_check >"$logs/ldd_problems.txt"
+if grep -qE "GLIBCXX|CXXABI|GCC_" "$logs/ldd_problems.txt"; then
+  say "this machine's libstdc++ is older than the build's: using the pack's (lib/fallback)"
+  export LD_LIBRARY_PATH=$ours:$pk/lib/fallback${cuda_ld:+:$cuda_ld}${driver_dir:+:$driver_dir}${orig_ld:+:$orig_ld}
+  ldd_check >"$logs/ldd_problems.txt"
+fi
+echo "$LD_LIBRARY_PATH" >"$logs/ld_library_path.txt"
+say "libraries:" && sed 's/^/    /' "$logs/libraries.tsv"
+[[ -s $logs/ldd_problems.txt ]] && say "ldd finds problems:" && sed -n '1,20s/^/    /p' "$logs/ldd_problems.txt"
+
+# ---- the first GPU step: is there a GPU at all? -------------------------------------------------
+no_gpu_reason=""
+if ! command -v nvidia-smi >/dev/null; then
+  no_gpu_reason="nvidia-smi is not installed$([[ -e /dev/nvidia0 ]] || echo " and there is no /dev/nvidia0"): this is not a GPU machine"
+elif ! nvidia-smi -L >"$logs/nvidia_smi_L.txt" 2>&1 || ! grep -q '^GPU ' "$logs/nvidia_smi_L.txt"; then
+  no_gpu_reason="nvidia-smi lists no GPU: $(head -c 300 "$logs/nvidia_smi_L.txt" | tr '\n' ' ')"
+fi
+if [[ -n $no_gpu_reason && ${GPU_CHECK_IGNORE_NO_GPU:-0} == 1 ]]; then
+  # Testing the steps' wiring on a machine without a GPU: each GPU step then fails or skips quickly.
+  say "no GPU ($no_gpu_reason), but GPU_CHECK_IGNORE_NO_GPU=1: running the steps anyway"
+  no_gpu_reason=""
+fi
+if [[ -n $no_gpu_reason ]]; then
+  say "STOP before the first GPU step: $no_gpu_reason"
+  write_reports no_gpu
+  say "no GPU here: exit 2 (everything before the GPU steps ran: unpacking, libraries, ldd)"
+  exit 2
+fi
+[[ -f $logs/nvidia_smi_L.txt ]] && sed 's/^/    /' "$logs/nvidia_smi_L.txt"
+# Device memory in use, every 0.5 s, for the whole check: the report takes each step's peak from it.
+nvidia-smi --query-gpu=timestamp,memory.used --format=csv,noheader,nounits -lms 500 >"$logs/gpu_memory.csv" 2>&1 &
+sampler=$!
+trap '[[ -n ${sampler:-} ]] && kill "$sampler" 2>/dev/null' EXIT
+
+run_step nvidia_smi
+run_step doctor
+run_step gpu_tests
+run_step resnet20
+run_step r50_tandem_fp32 fp32
+run_step r50_tandem_tf32 tf32
+run_step r50_tandem_bf16 bf16
+run_step r50_pytorch
+run_step sanitizer
+write_reports ran
+exit $?
