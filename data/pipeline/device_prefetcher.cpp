@@ -80,6 +80,11 @@ void DevicePrefetcher::launch(Slot& slot) {
   auto start = std::chrono::steady_clock::now();
   const std::vector<Tensor>& tensors = host.tensors;
   stage(slot, tensors);
+  // The copy stream follows everything the consumer has queued so far, on the device, not on the
+  // host: the batch this slot held before is done with, and so is any memory the compute stream
+  // freed that the allocator hands out below (its pool is the compute stream's).
+  slot.released->record(*compute_);
+  slot.released->wait(*copy_stream_);
   if (slot.device.size() != tensors.size()) slot.device.assign(tensors.size(), Tensor());
   for (size_t k = 0; k < tensors.size(); ++k) {
     Tensor& dst = slot.device[k];
@@ -106,12 +111,8 @@ bool DevicePrefetcher::next(std::vector<Tensor>* batch) {
   Slot& cur = slots_[current_];
   if (!cur.has_batch) return false;
   Slot& other = slots_[1 - current_];
-  if (other.handed_out) {
-    // The consumer asks for batch n, so all its work on batch n-1 is queued: the copy of
-    // batch n+1 into that buffer waits for that work, on the device, not on the host.
-    other.released->record(*compute_);
-    other.released->wait(*copy_stream_);
-  }
+  // The consumer asks for batch n, so all its work on batch n-1 is queued: launch() makes the copy
+  // of batch n+1 into that buffer wait for it.
   launch(other);
   cur.copied->wait(*compute_);
   cur.handed_out = true;

@@ -130,6 +130,9 @@ Tensor Tensor::view(const Shape& shape, MemoryFormat format) const {
 
 Tensor Tensor::to_format(MemoryFormat format) const {
   if (format == format_) return *this;
+  // With one channel, or a 1x1 plane, NCHW and NHWC are the same bytes: no copy (this is the
+  // flatten after global average pooling, every step).
+  if (rank() == 4 && (shape_[1] == 1 || shape_[2] * shape_[3] == 1)) return view(shape_, format);
   if (!device().is_cpu()) return to(Device::cpu()).to_format(format).to(device());
   Tensor out = empty(shape_, dtype_, device(), format);
   const Shape& s = shape_;

@@ -92,8 +92,10 @@ class Tensor {
   // The same storage seen as another logical shape and memory format with the same element count:
   // a contiguous (N, H, W, C) buffer is the channels_last layout of logical (N, C, H, W).
   Tensor view(const Shape& shape, MemoryFormat format) const;
-  // The same values laid out in another memory format (a copy). On a device it goes through the
-  // host, synchronously: for setup and checkpoints, not for a training step.
+  // The same values laid out in another memory format: a copy, except where both layouts are the
+  // same bytes (one channel, or a 1x1 plane), where it is a view of this storage, as PyTorch's
+  // contiguous(memory_format) returns self. A real conversion on a device goes through the host,
+  // synchronously: for setup and checkpoints, not for a training step.
   Tensor to_format(MemoryFormat format) const;
   // Fills with zeros on any device, ordered as a copy without a stream is.
   void zero_();

@@ -375,6 +375,16 @@ void NcclCommunicator::abort(const std::string& reason) noexcept {
   }
 }
 
+void NcclCommunicator::supervise() noexcept {
+  std::lock_guard lock(mutex_);
+  if (completed_ >= launched_ || group_->failed()) return;
+  try {
+    if (!poll(launched_)) watchdog();
+  } catch (...) {
+    // watchdog() failed the group and NCCL is aborted: this rank's next wait or launch rethrows.
+  }
+}
+
 void NcclCommunicator::drain() noexcept {
   using namespace std::chrono_literals;
   std::unique_lock lock(mutex_);
@@ -426,9 +436,27 @@ void NcclCommunicatorGroup::init(std::unique_ptr<backend::DeviceCollectives> col
   for (int r = 0; r < state_->world_size(); ++r) {
     ranks_.push_back(std::unique_ptr<NcclCommunicator>(new NcclCommunicator(r, state_, services)));
   }
+  auto period = std::clamp<std::chrono::milliseconds>(options.timeout / 10, std::chrono::milliseconds(10),
+                                                      std::chrono::milliseconds(1000));
+  watchdog_ = std::thread([this, period] { supervise_until_stopped(period); });
+}
+
+void NcclCommunicatorGroup::supervise_until_stopped(std::chrono::milliseconds period) {
+  std::unique_lock lock(stop_mutex_);
+  while (!stop_.wait_for(lock, period, [this] { return stopping_; })) {
+    lock.unlock();
+    for (auto& rank : ranks_) rank->supervise();
+    lock.lock();
+  }
 }
 
 NcclCommunicatorGroup::~NcclCommunicatorGroup() {
+  {
+    std::lock_guard lock(stop_mutex_);
+    stopping_ = true;
+  }
+  stop_.notify_all();
+  if (watchdog_.joinable()) watchdog_.join();
   // No buffer may be released while a collective could still read or write it.
   for (auto& rank : ranks_) rank->drain();
   ranks_.clear();

@@ -8,10 +8,12 @@
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "engine/backend/plugin_abi.h"
@@ -71,6 +73,11 @@ class NcclCommunicator final : public Communicator {
   void wait_locked(uint64_t sequence, std::unique_lock<std::mutex>& lock);
   [[noreturn]] void throw_failed();
   void drain() noexcept;  // waits out (or fails) what is pending, for the group's destructor
+  // The group's watchdog thread: marks what has completed and, when the oldest incomplete collective
+  // is overdue or NCCL reports an error, fails the group (which aborts NCCL). Replica threads that
+  // only wait on the device (CollectiveHandle::wait_on), or block in a stream synchronisation behind
+  // a collective, are unblocked this way.
+  void supervise() noexcept;
 
   const int rank_;
   const Device device_;
@@ -107,9 +114,14 @@ class NcclCommunicatorGroup {
  private:
   void init(std::unique_ptr<backend::DeviceCollectives> collectives, DeviceServices& services,
             CommunicatorOptions options);
+  void supervise_until_stopped(std::chrono::milliseconds period);
 
   std::shared_ptr<detail::NcclGroupState> state_;
   std::vector<std::unique_ptr<NcclCommunicator>> ranks_;
+  std::mutex stop_mutex_;
+  std::condition_variable stop_;
+  bool stopping_ = false;
+  std::thread watchdog_;  // last: started once the ranks exist, joined first
 };
 
 }  // namespace tandem::distribute

@@ -31,7 +31,10 @@ Variable BatchNorm2d::forward(ExecutionContext& ctx, const Variable& x) {
     Variable y = autograd::batch_norm_inference(ctx, x, weight_, bias_, *running_mean_, *running_var_, params_);
     return params_.fuse_relu ? autograd::relu(ctx, y) : y;
   }
-  ++num_batches_tracked_->data<int64_t>()[0];  // kept on the host by Module::to
+  TANDEM_CHECK(num_batches_tracked_->device().is_cpu(), ErrorCode::kInternal,
+               "BatchNorm2d: num_batches_tracked is on {}; Module::to keeps integer buffers on the host",
+               num_batches_tracked_->device().str());
+  ++num_batches_tracked_->data<int64_t>()[0];
   if (synchronized()) {
     return autograd::sync_batch_norm_training(ctx, x, weight_, bias_, *running_mean_, *running_var_, params_,
                                               *reducer_);

@@ -81,8 +81,14 @@ void ReplicaLoop::run() {
   try {
     run_epochs();
   } catch (const Error& e) {
+    // Stop the others before this loop's members are destroyed: their destructors wait for queued
+    // device work, which may wait for a collective the others would otherwise never finish.
+    shared_.abort(fmt::format("replica {} failed: {}", rank_, e.what()));
     if (e.code() != ErrorCode::kResourceExhausted || ctx_ == nullptr || ctx_->device().is_cpu()) throw;
     throw Error(e.code(), fmt::format("replica {}: {}; {}", rank_, e.what(), out_of_memory_advice()));
+  } catch (const std::exception& e) {
+    shared_.abort(fmt::format("replica {} failed: {}", rank_, e.what()));
+    throw;
   }
 }
 
@@ -92,14 +98,15 @@ std::string ReplicaLoop::out_of_memory_advice() const {
   if (s.oom_bytes_asked <= 0 || s.oom_bytes_in_use <= 0) {
     return fmt::format("the per-replica batch size is {}: lower it, or set precision: bf16", batch);
   }
-  // What the step held when it failed fitted; it needed at least the request more. Memory grows
-  // about linearly with the batch, so this batch fits in what was held (rounded down to 8s).
+  // What the step held when it failed fitted; it needed at least the request more. Activations grow
+  // about linearly with the batch (weights and optimizer state do not), so this is an upper
+  // estimate of a batch that fits, rounded down to a multiple of 8.
   double fits = static_cast<double>(batch) * static_cast<double>(s.oom_bytes_in_use) /
                 static_cast<double>(s.oom_bytes_in_use + s.oom_bytes_asked);
   int64_t suggestion = std::max<int64_t>(1, static_cast<int64_t>(fits) / 8 * 8);
   if (suggestion >= batch) suggestion = std::max<int64_t>(1, batch / 2);
   return fmt::format("with per-replica batch size {} the step held {:.2f} GiB and asked for {:.2f} GiB more; "
-                     "per_replica_batch_size: {} (or fewer) should fit, or set precision: bf16",
+                     "try per_replica_batch_size: {} or fewer, or precision: bf16",
                      batch, static_cast<double>(s.oom_bytes_in_use) / (1 << 30),
                      static_cast<double>(s.oom_bytes_asked) / (1 << 30), suggestion);
 }
@@ -188,12 +195,14 @@ std::pair<int64_t, bool> ReplicaLoop::train_epoch(int64_t epoch, int64_t skip_ba
       break;
     }
     train_step(batch);
-    double step_seconds = seconds_since(start);
     ++step_;
+    // step_done waits (if at all) for the step `lag` behind: on a GPU that is where the host meets
+    // the device's pace, so the step's wall time is read after it.
+    add_phases(timer_->step_done(step_), epoch_times);
+    double step_seconds = seconds_since(start);
     ++batches;
     ++epoch_steps;
     epoch_times += times;
-    add_phases(timer_->step_done(step_), epoch_times);
     interval_input_ += times.input_wait;
     interval_total_ += step_seconds;
     if (timed(step_)) {
@@ -252,14 +261,14 @@ void ReplicaLoop::train_step(const Batch& batch) {
   autograd::Variable logits = model_->forward(*ctx_, autograd::Variable(batch.x));
   autograd::Variable loss = autograd::cross_entropy_loss(*ctx_, logits, batch.labels, config_.loop.label_smoothing,
                                                          plan_.global_batch_size);
-  timer_->forward_done();
-  loss.backward(ctx_.get());
-  timer_->backward_done();
-  reduce_and_update();
   // The loss is this replica's share of the global mean; scale back to a sum of example losses.
   // Summed on the device: nothing is read back until a log line needs it.
   backend::accumulate_classification_stats(*ctx_, loss.value(), static_cast<float>(plan_.global_batch_size),
                                            logits.value(), batch.labels, stats_);
+  timer_->forward_done();
+  loss.backward(ctx_.get());
+  timer_->backward_done();
+  reduce_and_update();
 }
 
 void ReplicaLoop::reduce_and_update() {
@@ -286,7 +295,9 @@ double ReplicaLoop::reduce_scalar_sum(double value) {
 }
 
 void ReplicaLoop::log_step(int64_t epoch, int64_t step_in_epoch) {
-  bool log_now = step_ % config_.loop.log_every_steps == 0 || shared_.setup.terminal;
+  // A terminal's bar is redrawn every step on CPU replicas; on GPUs only at log steps, since each
+  // redraw reads the device and samples NVML.
+  bool log_now = step_ % config_.loop.log_every_steps == 0 || (shared_.setup.terminal && ctx_->device().is_cpu());
   if (!log_now) return;
   // The one read of the device per log line, ordered after this replica's queued steps.
   host_stats_.copy_from(stats_);

@@ -86,7 +86,7 @@ void open_gpu_monitor(Trainer::Shared& s) {
     spdlog::info("GPU utilisation, memory and power will not be logged: {}", why_not);
     return;
   }
-  if (!s.gpu_monitor->mapping_note().empty()) spdlog::warn("{}", s.gpu_monitor->mapping_note());
+  if (!s.gpu_monitor->mapping_note().empty()) spdlog::info("NVML: {}", s.gpu_monitor->mapping_note());
   s.gpu_indices = cuda_indices(s.setup.plan);
   s.gpu_idle_warned.assign(s.gpu_indices.size(), 0);
 }

@@ -165,6 +165,26 @@ TEST(NcclCommunicatorSim, WatchdogNamesTheReplicaTheStepAndTheCollective) {
   }
 }
 
+TEST(NcclCommunicatorSim, TheWatchdogThreadStopsAGroupNobodyWaitsOnTheHost) {
+  // A GPU replica waits for its buckets on the device (wait_on), so no host wait runs the watchdog:
+  // the group's own thread must notice that replica 1 never came, and abort NCCL.
+  SimGroup g(2, 100ms);
+  Tensor x = Tensor::zeros({16});
+  SimStream compute;
+  g.comm(0).set_step(3);
+  g.comm(0).all_reduce_async(x, ReduceOp::kSum, {.bucket = 0}).wait_on(compute);
+  auto start = std::chrono::steady_clock::now();
+  while (!g.sim->aborted() && std::chrono::steady_clock::now() - start < 5s) std::this_thread::sleep_for(10ms);
+  EXPECT_TRUE(g.sim->aborted());
+  try {
+    g.comm(0).all_reduce(x, ReduceOp::kSum, {.bucket = 1});
+    FAIL() << "a stopped group ran a collective";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kDeadlineExceeded);
+    EXPECT_TRUE(contains(e.what(), "replica 1")) << e.what();
+  }
+}
+
 TEST(NcclCommunicatorSim, WatchdogOnAStuckDeviceSaysEveryReplicaLaunched) {
   SimGroup g(1, 200ms);
   g.sim->hold(true);

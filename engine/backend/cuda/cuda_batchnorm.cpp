@@ -142,6 +142,10 @@ void decline_fusion(BnPlan& plan, std::string_view op, const Tensor& x, std::str
 bool fusion_available(CudaContext& cc, BnPlan& plan, std::string_view op, const Tensor& x) {
   if (plan.fusion != Fusion::kUntried) return plan.fusion == Fusion::kFused;
   plan.fusion = Fusion::kUnfused;
+  // cuDNN documents its fused NHWC BN+activation kernel for half precision, and TensorFlow and Paddle
+  // use it for fp16 only: an f32 call it accepted but ran without the activation would be silently
+  // wrong, so f32 (all our tensors today) takes BN and then our ReLU kernel.
+  if (x.dtype() == DType::kF32) return false;
   if (x.format() != MemoryFormat::kChannelsLast || x.dim(1) % 4 != 0) return false;
   constexpr cudnnBatchNormMode_t mode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
   constexpr cudnnBatchNormOps_t ops = CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
@@ -264,6 +268,7 @@ void batchnorm_forward_inference(Ctx& ctx, const BatchNormParams& p, const Tenso
                                  Tensor& y) {
   constexpr std::string_view op = "batchnorm_forward_inference";
   CudaContext& cc = cuda_context(ctx);
+  if (x.numel() == 0) return;  // cuDNN takes no zero-sized tensor; y is empty too
   BnPlan& plan = plan_for(cc, op, x);
   TANDEM_CUDNN_CHECK(cudnnBatchNormalizationForwardInference(
                          cc.cudnn(), CUDNN_BATCHNORM_SPATIAL, &kOne, &kZero, plan.x.get(), x.raw_data(),
@@ -278,6 +283,11 @@ void batchnorm_backward(Ctx& ctx, const BatchNormParams& p, const Tensor& x, con
                         Tensor& dbeta) {
   constexpr std::string_view op = "batchnorm_backward";
   CudaContext& cc = cuda_context(ctx);
+  if (x.numel() == 0) {  // an empty batch: no gradient flows (cuDNN takes no zero-sized tensor)
+    TANDEM_CUDA_CHECK(cudaMemsetAsync(dgamma.raw_data(), 0, dgamma.nbytes(), cc.stream()), "op={} dgamma", op);
+    TANDEM_CUDA_CHECK(cudaMemsetAsync(dbeta.raw_data(), 0, dbeta.nbytes(), cc.stream()), "op={} dbeta", op);
+    return;
+  }
   BnPlan& plan = plan_for(cc, op, x);
   bool fused = p.fuse_relu && saved.workspace.defined();
   if (fused && fused_backward(cc, plan, p, x, y, dy, gamma, saved, dx, dgamma, dbeta)) return;

@@ -91,7 +91,7 @@ __global__ void softmax_xent_backward_kernel(const float* probs, const int64_t* 
 // the sum is exact; one thread then updates the three running sums, hence no atomics.
 constexpr int kStatsThreads = 1024;
 
-__global__ void classification_stats_kernel(const float* loss, float loss_scale, const float* logits,
+__global__ void __launch_bounds__(kStatsThreads) classification_stats_kernel(const float* loss, float loss_scale, const float* logits,
                                             const int64_t* labels, int64_t rows, int64_t k, float* stats) {
   __shared__ unsigned long long scratch[kWarpSize];
   const int lane = threadIdx.x % kWarpSize;

@@ -13,6 +13,7 @@
 //
 // Output sizes use the floor rule (no ceil mode), which is also what cuDNN derives.
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <string_view>
@@ -122,6 +123,12 @@ const PoolPlan& plan_for(CudaContext& cc, std::string_view op, const Pool2dParam
 
 void pool_forward(CudaContext& cc, std::string_view op, const Pool2dParams& p, cudnnPoolingMode_t mode,
                   const Tensor& x, Tensor& y) {
+  if (y.numel() == 0) return;
+  if (x.numel() == 0) {  // only padding under every window (cuDNN takes no zero-sized tensor)
+    bool max = mode != CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING && mode != CUDNN_POOLING_AVERAGE_COUNT_EXCLUDE_PADDING;
+    fill(cc.context(), max ? -INFINITY : 0.0f, y);
+    return;
+  }
   const PoolPlan& plan = plan_for(cc, op, p, mode, x, y);
   TANDEM_CUDNN_CHECK(cudnnPoolingForward(cc.cudnn(), plan.pool.get(), &kOne, plan.x.get(), x.raw_data(), &kZero,
                                          plan.y.get(), y.raw_data()),
@@ -150,6 +157,12 @@ void max_pool2d_backward(Ctx& ctx, const Pool2dParams& p, const Tensor& x, const
   TANDEM_CHECK(workspace.nbytes() == dy.nbytes(), ErrorCode::kInvalidArgument,
                "{}: workspace has {} bytes but the forward of x {} keeps y of {} bytes", op, workspace.nbytes(),
                x.shape().str(), dy.nbytes());
+  if (dx.numel() == 0) return;
+  if (dy.numel() == 0 || x.numel() == 0) {  // nothing flows back (cuDNN takes no zero-sized tensor)
+    TANDEM_CUDA_CHECK(cudaMemsetAsync(dx.raw_data(), 0, dx.nbytes(), cc.stream()), "op={} dx={}", op,
+                      dx.shape().str());
+    return;
+  }
   const PoolPlan& plan = plan_for(cc, op, p, max_mode(cc), x, dy);
   // y (the saved copy) lies like dy: same shape, same format.
   TANDEM_CUDNN_CHECK(cudnnPoolingBackward(cc.cudnn(), plan.pool.get(), &kOne, plan.y.get(), workspace.raw_data(),
