@@ -8,6 +8,8 @@
 // has grown to the largest problem, and no staged copy can lose its buffer to a later growth.
 // Everything is queued on the context's stream (the cuDNN handle is bound to it); only the first
 // call of a cudnn_benchmark problem blocks, while cudnnFind*AlgorithmEx times the candidates.
+// An algorithm that fails at execution (NOT_SUPPORTED, EXECUTION_FAILED) before its first success is
+// dropped for the plan's next candidate, and the call is carved, staged and run again (rerun).
 //
 // Bias: the forward adds it with cudnnAddTensor on our f32 y (after the bf16 result is converted
 // back), the gradient sums f32 dy with cudnnConvolutionBackwardBias, which cuDNN does not list
@@ -136,6 +138,36 @@ void bias_gradient(CudaContext& cc, const TensorDescriptor& dy_desc, const Tenso
                      memory_format_name(dy.format()));
 }
 
+// Decides on an execution's status: success keeps the algorithm for good; a status the plan falls
+// back from (fall_back: the algorithm cannot run this problem, another candidate is left) asks the
+// caller to carve, stage and run the call again; anything else throws, naming the algorithms tried.
+bool rerun(CudaContext& cc, const ConvProblem& problem, ConvPlan& plan, cudnnStatus_t status, std::string_view call) {
+  if (status == CUDNN_STATUS_SUCCESS) [[likely]] {
+    plan.keep_algorithm();
+    return false;
+  }
+  if (fall_back(cc, problem, plan, status)) return true;
+  tandem::cuda::throw_cudnn_error(status, call, fmt::format("{} {}{}", problem, plan, conv_algos_dropped(plan)));
+}
+
+cudnnStatus_t run_forward(CudaContext& cc, const ConvPlan& plan, const CallBuffers& call) {
+  return cudnnConvolutionForward(cc.cudnn(), &kOne, plan.x.get(), call.cudnn.x, plan.w.get(), call.cudnn.w,
+                                 plan.conv.get(), static_cast<cudnnConvolutionFwdAlgo_t>(plan.algo), call.workspace,
+                                 plan.workspace_bytes, &kZero, plan.y.get(), call.cudnn.y);
+}
+
+cudnnStatus_t run_backward_data(CudaContext& cc, const ConvPlan& plan, const CallBuffers& call) {
+  return cudnnConvolutionBackwardData(cc.cudnn(), &kOne, plan.w.get(), call.cudnn.w, plan.y.get(), call.cudnn.y,
+                                      plan.conv.get(), static_cast<cudnnConvolutionBwdDataAlgo_t>(plan.algo),
+                                      call.workspace, plan.workspace_bytes, &kZero, plan.x.get(), call.cudnn.x);
+}
+
+cudnnStatus_t run_backward_filter(CudaContext& cc, const ConvPlan& plan, const CallBuffers& call) {
+  return cudnnConvolutionBackwardFilter(cc.cudnn(), &kOne, plan.x.get(), call.cudnn.x, plan.y.get(), call.cudnn.y,
+                                        plan.conv.get(), static_cast<cudnnConvolutionBwdFilterAlgo_t>(plan.algo),
+                                        call.workspace, plan.workspace_bytes, &kZero, plan.w.get(), call.cudnn.w);
+}
+
 }  // namespace
 
 void conv2d_forward(Ctx& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) {
@@ -152,15 +184,13 @@ void conv2d_forward(Ctx& ctx, const Conv2dParams& p, const Tensor& x, const Tens
   }
   ConvProblem problem = make_problem(ConvOp::kForward, p, x, w, y, cc.options());
   ConvPlan& plan = cc.state<ConvPlanCache>().get(cc, problem);
-  CallBuffers call = carve(cc, problem, plan, {x.raw_data(), w.raw_data(), y.raw_data()});
-  stage_activation(plan, x, call.cudnn.x, stream);
-  stage_filter(plan, w, call.cudnn.w, stream);
-  if (!plan.chosen) find_algorithm(cc, problem, plan, call.cudnn, call.workspace);
-  TANDEM_CUDNN_CHECK(cudnnConvolutionForward(cc.cudnn(), &kOne, plan.x.get(), call.cudnn.x, plan.w.get(),
-                                             call.cudnn.w, plan.conv.get(),
-                                             static_cast<cudnnConvolutionFwdAlgo_t>(plan.algo), call.workspace,
-                                             plan.workspace_bytes, &kZero, plan.y.get(), call.cudnn.y),
-                     "{} {}", problem, plan);
+  CallBuffers call;
+  do {  // once, unless the algorithm fails at execution and the plan falls back (rerun)
+    call = carve(cc, problem, plan, {x.raw_data(), w.raw_data(), y.raw_data()});
+    stage_activation(plan, x, call.cudnn.x, stream);
+    stage_filter(plan, w, call.cudnn.w, stream);
+    if (!plan.chosen) find_algorithm(cc, problem, plan, call.cudnn, call.workspace);
+  } while (rerun(cc, problem, plan, run_forward(cc, plan, call), "cudnnConvolutionForward"));
   unstage_activation(plan, call.cudnn.y, y, stream);
   if (b.defined()) add_bias(cc, plan.bias, b, plan.y_f32, y, "conv2d_forward");
 }
@@ -175,16 +205,13 @@ void conv2d_backward_data(Ctx& ctx, const Conv2dParams& p, const Tensor& dy, con
   }
   ConvProblem problem = make_problem(ConvOp::kBackwardData, p, dx, w, dy, cc.options());
   ConvPlan& plan = cc.state<ConvPlanCache>().get(cc, problem);
-  CallBuffers call = carve(cc, problem, plan, {dx.raw_data(), w.raw_data(), dy.raw_data()});
-  stage_activation(plan, dy, call.cudnn.y, stream);
-  stage_filter(plan, w, call.cudnn.w, stream);
-  if (!plan.chosen) find_algorithm(cc, problem, plan, call.cudnn, call.workspace);
-  TANDEM_CUDNN_CHECK(cudnnConvolutionBackwardData(cc.cudnn(), &kOne, plan.w.get(), call.cudnn.w, plan.y.get(),
-                                                  call.cudnn.y, plan.conv.get(),
-                                                  static_cast<cudnnConvolutionBwdDataAlgo_t>(plan.algo),
-                                                  call.workspace, plan.workspace_bytes, &kZero, plan.x.get(),
-                                                  call.cudnn.x),
-                     "{} {}", problem, plan);
+  CallBuffers call;
+  do {  // once, unless the algorithm fails at execution and the plan falls back (rerun)
+    call = carve(cc, problem, plan, {dx.raw_data(), w.raw_data(), dy.raw_data()});
+    stage_activation(plan, dy, call.cudnn.y, stream);
+    stage_filter(plan, w, call.cudnn.w, stream);
+    if (!plan.chosen) find_algorithm(cc, problem, plan, call.cudnn, call.workspace);
+  } while (rerun(cc, problem, plan, run_backward_data(cc, plan, call), "cudnnConvolutionBackwardData"));
   unstage_activation(plan, call.cudnn.x, dx, stream);
 }
 
@@ -204,16 +231,13 @@ void conv2d_backward_weights(Ctx& ctx, const Conv2dParams& p, const Tensor& x, c
   }
   ConvProblem problem = make_problem(ConvOp::kBackwardWeights, p, x, dw, dy, cc.options());
   ConvPlan& plan = cc.state<ConvPlanCache>().get(cc, problem);
-  CallBuffers call = carve(cc, problem, plan, {x.raw_data(), dw.raw_data(), dy.raw_data()});
-  stage_activation(plan, x, call.cudnn.x, stream);
-  stage_activation(plan, dy, call.cudnn.y, stream);
-  if (!plan.chosen) find_algorithm(cc, problem, plan, call.cudnn, call.workspace);
-  TANDEM_CUDNN_CHECK(cudnnConvolutionBackwardFilter(cc.cudnn(), &kOne, plan.x.get(), call.cudnn.x, plan.y.get(),
-                                                    call.cudnn.y, plan.conv.get(),
-                                                    static_cast<cudnnConvolutionBwdFilterAlgo_t>(plan.algo),
-                                                    call.workspace, plan.workspace_bytes, &kZero, plan.w.get(),
-                                                    call.cudnn.w),
-                     "{} {}", problem, plan);
+  CallBuffers call;
+  do {  // once, unless the algorithm fails at execution and the plan falls back (rerun)
+    call = carve(cc, problem, plan, {x.raw_data(), dw.raw_data(), dy.raw_data()});
+    stage_activation(plan, x, call.cudnn.x, stream);
+    stage_activation(plan, dy, call.cudnn.y, stream);
+    if (!plan.chosen) find_algorithm(cc, problem, plan, call.cudnn, call.workspace);
+  } while (rerun(cc, problem, plan, run_backward_filter(cc, plan, call), "cudnnConvolutionBackwardFilter"));
   unstage_filter(plan, call.cudnn.w, dw, stream);
   if (db.defined()) bias_gradient(cc, plan.y_f32, dy, plan.bias, db, "conv2d_backward_weights");
 }

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <spdlog/spdlog.h>
+
 #include "engine/core/error.h"
 
 namespace tandem::backend::cuda {
@@ -14,15 +16,7 @@ namespace {
 
 using tandem::cuda::CudaContext;
 
-// One algorithm as the heuristics or a timing run report it, whatever the op.
-struct Candidate {
-  int algo = 0;
-  cudnnStatus_t status = CUDNN_STATUS_SUCCESS;
-  size_t memory = 0;
-  cudnnDeterminism_t determinism = CUDNN_NON_DETERMINISTIC;
-  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
-  float time_ms = 0.0f;  // timing runs only
-};
+using Candidate = ConvCandidate;
 
 template <typename Perf>
 std::vector<Candidate> to_candidates(const std::vector<Perf>& perf, int returned) {
@@ -252,6 +246,30 @@ bool try_apply(cudnnHandle_t h, const ConvProblem& problem, ConvPlan& plan, cons
   return true;
 }
 
+// Makes the first usable candidate that try_apply accepts the plan's algorithm and keeps the usable
+// ones after it as the plan's fallbacks, in order.
+bool apply_first(cudnnHandle_t h, const ConvProblem& problem, ConvPlan& plan, const std::vector<Candidate>& candidates,
+                 size_t limit) {
+  for (auto it = candidates.begin(); it != candidates.end(); ++it) {
+    if (!usable(*it, problem, limit) || !try_apply(h, problem, plan, *it, limit)) continue;
+    plan.fallbacks.clear();
+    std::copy_if(std::next(it), candidates.end(), std::back_inserter(plan.fallbacks),
+                 [&](const Candidate& c) { return usable(c, problem, limit); });
+    return true;
+  }
+  return false;
+}
+
+// The statuses by which an execution says that this algorithm cannot run this problem, where another
+// may: NOT_SUPPORTED (the configuration is outside what the algorithm's kernels handle, found when
+// cuDNN validates the call, before any work is queued) and EXECUTION_FAILED (one of its kernels
+// failed to launch, e.g. asking for more shared memory or registers than the device has). BAD_PARAM
+// is not one: it reports arguments (descriptors, pointers) that are wrong for every algorithm.
+bool algorithm_cannot_run(cudnnStatus_t status) {
+  int category = CUDNN_STATUS_CATEGORY(static_cast<int>(status));
+  return category == CUDNN_STATUS_NOT_SUPPORTED || category == CUDNN_STATUS_EXECUTION_FAILED;
+}
+
 // The workspace of a timing run: enough for the largest usable candidate of the heuristics.
 size_t timing_budget(cudnnHandle_t h, const ConvProblem& problem, const ConvPlan& plan,
                      const std::vector<Candidate>& candidates) {
@@ -299,17 +317,46 @@ std::unique_ptr<ConvPlan> create_plan(CudaContext& cc, const ConvProblem& proble
   if (problem.options.cudnn_benchmark) {
     plan->workspace_bytes = timing_budget(h, problem, *plan, candidates);
     if (any_usable(candidates, problem)) return plan;
-  } else {
-    for (const Candidate& c : candidates) {
-      if (usable(c, problem, kMaxConvWorkspaceBytes) && try_apply(h, problem, *plan, c, kMaxConvWorkspaceBytes)) {
-        return plan;
-      }
-    }
+  } else if (apply_first(h, problem, *plan, candidates, kMaxConvWorkspaceBytes)) {
+    return plan;
   }
   throw_no_algorithm(problem, "cuDNN's heuristics (cudnnGet*Algorithm_v7)", kMaxConvWorkspaceBytes, report);
 }
 
 }  // namespace
+
+bool fall_back(CudaContext& cc, const ConvProblem& problem, ConvPlan& plan, cudnnStatus_t status) {
+  if (!algorithm_cannot_run(status)) return false;
+  // A kernel that failed to launch leaves its (non-sticky) error in the runtime, where the next
+  // launch check would find it; a sticky error stays and fails the next call anyway.
+  if (CUDNN_STATUS_CATEGORY(static_cast<int>(status)) == CUDNN_STATUS_EXECUTION_FAILED) (void)cudaGetLastError();
+  plan.dropped.emplace_back(plan.algo, plan.math);
+  std::string_view failed = conv_algo_name(problem.op, plan.algo);
+  cudnnHandle_t h = cc.cudnn();
+  while (!plan.fallbacks.empty()) {
+    Candidate next = plan.fallbacks.front();
+    plan.fallbacks.erase(plan.fallbacks.begin());
+    // The search may list an algorithm once per math type; one that would run as a dropped run did
+    // (same algorithm, same applied math) would fail the same way.
+    std::pair<int, cudnnMathType_t> run{next.algo, applied_math(problem.options.precision, next)};
+    if (std::find(plan.dropped.begin(), plan.dropped.end(), run) != plan.dropped.end()) continue;
+    if (!try_apply(h, problem, plan, next, kMaxConvWorkspaceBytes)) continue;
+    spdlog::warn("{}: algorithm {} failed at execution ({}); dropped for good, trying {}", problem, failed,
+                 cudnnGetErrorString(status), fmt::format("{}", plan));
+    return true;
+  }
+  return false;
+}
+
+std::string conv_algos_dropped(const ConvPlan& plan) {
+  if (plan.dropped.empty()) return "";
+  std::string out = "; dropped after failing at execution:";
+  for (size_t i = 0; i < plan.dropped.size(); ++i) {
+    const auto& [algo, math] = plan.dropped[i];
+    out += fmt::format("{} {} (math {})", i == 0 ? "" : ",", conv_algo_name(plan.op, algo), math_name(math));
+  }
+  return out;
+}
 
 std::string_view conv_op_name(ConvOp op) {
   switch (op) {
@@ -374,9 +421,7 @@ void find_algorithm(CudaContext& cc, const ConvProblem& problem, ConvPlan& plan,
   size_t budget = plan.workspace_bytes;
   std::vector<Candidate> timed = timed_candidates(h, problem, plan, buffers, workspace, budget);
   order(timed, problem);
-  for (const Candidate& c : timed) {
-    if (usable(c, problem, budget) && try_apply(h, problem, plan, c, budget)) return;
-  }
+  if (apply_first(h, problem, plan, timed, budget)) return;
   throw_no_algorithm(problem, "cudnnFind*AlgorithmEx (cudnn_benchmark)", budget, describe(problem.op, timed));
 }
 

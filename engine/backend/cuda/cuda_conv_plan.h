@@ -28,7 +28,10 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "engine/backend/cuda/cuda_cast.h"
 #include "engine/backend/cuda/cuda_check.h"
@@ -75,6 +78,16 @@ using FilterDescriptor = CudnnDescriptor<cudnnFilterDescriptor_t, cudnnCreateFil
 using ConvolutionDescriptor = CudnnDescriptor<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor,
                                               cudnnDestroyConvolutionDescriptor>;
 
+// One algorithm as the heuristics or a timing run report it, whatever the op.
+struct ConvCandidate {
+  int algo = 0;
+  cudnnStatus_t status = CUDNN_STATUS_SUCCESS;
+  size_t memory = 0;
+  cudnnDeterminism_t determinism = CUDNN_NON_DETERMINISTIC;
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+  float time_ms = 0.0f;  // timing runs only
+};
+
 struct ConvPlan {
   ConvOp op = ConvOp::kForward;
   TensorDescriptor x, y;   // in compute_type: what the convolution reads and writes
@@ -88,6 +101,16 @@ struct ConvPlan {
   int algo = 0;         // a cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t, per op
   cudnnMathType_t math = CUDNN_DEFAULT_MATH;
   size_t workspace_bytes = 0;  // of the chosen algorithm; while !chosen, the budget of the timing run
+  // Until the chosen algorithm has run once: the usable candidates after it, in the search's order,
+  // to fall back on when it fails at execution (fall_back). Emptied by the first success.
+  std::vector<ConvCandidate> fallbacks;
+  // (algorithm, math type) of the runs that failed at execution, in the order tried.
+  std::vector<std::pair<int, cudnnMathType_t>> dropped;
+
+  // After a successful execution: the algorithm stays for good (no allocation in the steady state).
+  void keep_algorithm() {
+    if (!fallbacks.empty()) fallbacks = {};
+  }
 
   bool stages_activations() const { return compute_type != DType::kF32; }
   bool stages_filter() const { return compute_type != DType::kF32 || filter_layout != FilterLayout::kKcrs; }
@@ -117,6 +140,16 @@ class ConvPlanCache {
 // it) and fixes the plan's algorithm. Blocks the host until the timing runs are done.
 void find_algorithm(tandem::cuda::CudaContext& cc, const ConvProblem& problem, ConvPlan& plan,
                     const ConvBuffers& buffers, void* workspace);
+
+// After the execution of the plan's algorithm returned status (not success): whether status says
+// that this algorithm cannot run this problem (NOT_SUPPORTED or EXECUTION_FAILED, with their
+// sub-codes) and the plan now holds the next usable candidate (algo, math type and workspace_bytes
+// reset: the caller lays out its workspace and staged copies again and reruns the call). Warns once
+// per algorithm dropped. False: the caller throws, naming conv_algos_dropped(plan).
+bool fall_back(tandem::cuda::CudaContext& cc, const ConvProblem& problem, ConvPlan& plan, cudnnStatus_t status);
+
+// "" if nothing was dropped, else "; dropped after failing at execution: FFT (math FMA), GEMM (math FMA)".
+std::string conv_algos_dropped(const ConvPlan& plan);
 
 // "IMPLICIT_PRECOMP_GEMM", "ALGO_1", ... for the op's algorithm enum.
 std::string_view conv_algo_name(ConvOp op, int algo);
