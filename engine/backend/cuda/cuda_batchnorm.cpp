@@ -28,6 +28,7 @@
 #include "engine/backend/cuda/cuda_check.h"
 #include "engine/backend/cuda/cuda_context.h"
 #include "engine/backend/cuda/cuda_kernels.h"
+#include "engine/backend/cuda/cudnn_descriptors.h"
 
 namespace tandem::backend::cuda {
 namespace {
@@ -43,39 +44,13 @@ constexpr size_t kAlign = 256;  // cuDNN buffers start on 256-byte boundaries, a
 
 size_t round_up(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
-// Owners of cuDNN descriptors, kept in the per-context plan caches. Destroying one only frees host
-// memory and cannot fail in a way a destructor could act on, so its status is not checked.
-class TensorDesc {
- public:
-  TensorDesc() { TANDEM_CUDNN_CHECK(cudnnCreateTensorDescriptor(&desc_), "op=batchnorm"); }
-  ~TensorDesc() { cudnnDestroyTensorDescriptor(desc_); }
-  TensorDesc(const TensorDesc&) = delete;
-  TensorDesc& operator=(const TensorDesc&) = delete;
-  cudnnTensorDescriptor_t get() const { return desc_; }
-
- private:
-  cudnnTensorDescriptor_t desc_ = nullptr;
-};
-
-class ActivationDesc {
- public:
-  ActivationDesc() { TANDEM_CUDNN_CHECK(cudnnCreateActivationDescriptor(&desc_), "op=batchnorm"); }
-  ~ActivationDesc() { cudnnDestroyActivationDescriptor(desc_); }
-  ActivationDesc(const ActivationDesc&) = delete;
-  ActivationDesc& operator=(const ActivationDesc&) = delete;
-  cudnnActivationDescriptor_t get() const { return desc_; }
-
- private:
-  cudnnActivationDescriptor_t desc_ = nullptr;
-};
-
 enum class Fusion { kUntried, kFused, kUnfused };
 
 // Everything cuDNN needs for one shape and format, made once per context.
 struct BnPlan {
-  TensorDesc x;      // x, y, dy, dx
-  TensorDesc param;  // (1, C, 1, 1): gamma, beta, means, variances and their gradients
-  ActivationDesc relu;
+  TensorDescriptor x;      // x, y, dy, dx
+  TensorDescriptor param;  // (1, C, 1, 1): gamma, beta, means, variances and their gradients
+  ActivationDescriptor relu;
   Fusion fusion = Fusion::kUntried;
   size_t forward_workspace = 0;
   size_t backward_workspace = 0;

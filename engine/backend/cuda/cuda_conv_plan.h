@@ -35,6 +35,7 @@
 
 #include "engine/backend/cuda/cuda_cast.h"
 #include "engine/backend/cuda/cuda_check.h"
+#include "engine/backend/cuda/cudnn_descriptors.h"
 #include "engine/backend/cuda/cuda_context.h"
 #include "engine/backend/kernels.h"
 
@@ -56,27 +57,6 @@ struct ConvProblem {
   Conv2dParams params;
   KernelOptions options;
 };
-
-// Owns one cuDNN descriptor.
-template <typename T, cudnnStatus_t (*Create)(T*), cudnnStatus_t (*Destroy)(T)>
-class CudnnDescriptor {
- public:
-  CudnnDescriptor() { tandem::cuda::check_cudnn(Create(&handle_), "cudnnCreate*Descriptor", "for a convolution plan"); }
-  ~CudnnDescriptor() { Destroy(handle_); }
-  CudnnDescriptor(const CudnnDescriptor&) = delete;
-  CudnnDescriptor& operator=(const CudnnDescriptor&) = delete;
-  T get() const { return handle_; }
-
- private:
-  T handle_{};
-};
-
-using TensorDescriptor = CudnnDescriptor<cudnnTensorDescriptor_t, cudnnCreateTensorDescriptor,
-                                         cudnnDestroyTensorDescriptor>;
-using FilterDescriptor = CudnnDescriptor<cudnnFilterDescriptor_t, cudnnCreateFilterDescriptor,
-                                         cudnnDestroyFilterDescriptor>;
-using ConvolutionDescriptor = CudnnDescriptor<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor,
-                                              cudnnDestroyConvolutionDescriptor>;
 
 // One algorithm as the heuristics or a timing run report it, whatever the op.
 struct ConvCandidate {

@@ -22,6 +22,7 @@
 #include "engine/backend/cuda/cuda_context.h"
 #include "engine/backend/cuda/cuda_kernels.h"
 #include "engine/backend/cuda/cuda_pool_avg.h"
+#include "engine/backend/cuda/cudnn_descriptors.h"
 
 namespace tandem::backend::cuda {
 namespace {
@@ -34,36 +35,10 @@ using tandem::cuda::launch_for;
 constexpr float kOne = 1.0f;
 constexpr float kZero = 0.0f;
 
-// Owners of cuDNN descriptors, kept in the per-context plan caches. Destroying one only frees host
-// memory and cannot fail in a way a destructor could act on, so its status is not checked.
-class TensorDesc {
- public:
-  TensorDesc() { TANDEM_CUDNN_CHECK(cudnnCreateTensorDescriptor(&desc_), "op=pool2d"); }
-  ~TensorDesc() { cudnnDestroyTensorDescriptor(desc_); }
-  TensorDesc(const TensorDesc&) = delete;
-  TensorDesc& operator=(const TensorDesc&) = delete;
-  cudnnTensorDescriptor_t get() const { return desc_; }
-
- private:
-  cudnnTensorDescriptor_t desc_ = nullptr;
-};
-
-class PoolingDesc {
- public:
-  PoolingDesc() { TANDEM_CUDNN_CHECK(cudnnCreatePoolingDescriptor(&desc_), "op=pool2d"); }
-  ~PoolingDesc() { cudnnDestroyPoolingDescriptor(desc_); }
-  PoolingDesc(const PoolingDesc&) = delete;
-  PoolingDesc& operator=(const PoolingDesc&) = delete;
-  cudnnPoolingDescriptor_t get() const { return desc_; }
-
- private:
-  cudnnPoolingDescriptor_t desc_ = nullptr;
-};
-
 struct PoolPlan {
-  TensorDesc x;  // x and dx
-  TensorDesc y;  // y and dy
-  PoolingDesc pool;
+  TensorDescriptor x;  // x and dx
+  TensorDescriptor y;  // y and dy
+  PoolingDescriptor pool;
 };
 
 // N, C, H, W, format, kernel (2), stride (2), padding (2), cuDNN mode.
