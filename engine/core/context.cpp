@@ -54,11 +54,11 @@ ExecutionContext::~ExecutionContext() {
 
 void ExecutionContext::bind() {
   device_services(device_.type).bind_thread(device_.index);
-  set_current_stream(device_.is_cpu() ? nullptr : stream_.get());
+  set_current_stream(bound_stream());
 }
 
-ContextBinding::ContextBinding(ExecutionContext& ctx) : previous_(current_stream()) { ctx.bind(); }
-
-ContextBinding::~ContextBinding() { set_current_stream(previous_); }
+ContextBinding::ContextBinding(ExecutionContext& ctx) : scope_(ctx.bound_stream()) {
+  device_services(ctx.device().type).bind_thread(ctx.device().index);
+}
 
 }  // namespace tandem

@@ -57,6 +57,8 @@ class ExecutionContext {
   // Binds the calling thread to this context: its current device, and its current stream (so copies
   // made without a stream are ordered on this context's stream). A replica thread calls it once.
   void bind();
+  // The stream bind() makes current: this context's on a device, none on the CPU.
+  Stream* bound_stream() { return device_.is_cpu() ? nullptr : stream_.get(); }
 
  private:
   Device device_;
@@ -72,12 +74,9 @@ class ExecutionContext {
 class ContextBinding {
  public:
   explicit ContextBinding(ExecutionContext& ctx);
-  ~ContextBinding();
-  ContextBinding(const ContextBinding&) = delete;
-  ContextBinding& operator=(const ContextBinding&) = delete;
 
  private:
-  Stream* previous_;
+  StreamScope scope_;
 };
 
 // The number of cores this process may run on (its CPU affinity), at least 1.

@@ -82,6 +82,18 @@ Stream* current_stream();
 // Sets the calling thread's current stream (null unbinds); returns the previous one.
 Stream* set_current_stream(Stream* stream);
 
+// Makes `stream` the calling thread's current stream for a scope, then restores the previous one.
+class StreamScope {
+ public:
+  explicit StreamScope(Stream* stream) : previous_(set_current_stream(stream)) {}
+  ~StreamScope() { set_current_stream(previous_); }
+  StreamScope(const StreamScope&) = delete;
+  StreamScope& operator=(const StreamScope&) = delete;
+
+ private:
+  Stream* previous_;
+};
+
 // The CPU's services are always there; others are registered by engine/backend at start.
 DeviceServices& cpu_device_services();
 void register_device_services(std::shared_ptr<DeviceServices> services);

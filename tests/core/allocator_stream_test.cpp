@@ -70,30 +70,23 @@ class FakeDevice final : public DeviceServices {
   std::vector<std::shared_ptr<FakeEventState>> events;
 };
 
-// Sets the thread's current stream for a scope.
-struct Current {
-  explicit Current(Stream* s) : previous(set_current_stream(s)) {}
-  ~Current() { set_current_stream(previous); }
-  Stream* previous;
-};
-
 TEST(CachingAllocatorStreams, ABlockReturnsToItsOwnStreamsPool) {
   FakeDevice device;
   CachingAllocator allocator(device, Device::cuda(0));
   FakeStream a, b;
   void* p = nullptr;
   {
-    Current on_a(&a);
+    StreamScope on_a(&a);
     p = allocator.allocate(4096);
     allocator.deallocate(p, 4096);
   }
   {
-    Current on_b(&b);
+    StreamScope on_b(&b);
     void* q = allocator.allocate(4096);  // b may not take a's block without a wait
     EXPECT_NE(q, p);
     allocator.deallocate(q, 4096);
   }
-  Current on_a(&a);
+  StreamScope on_a(&a);
   EXPECT_EQ(allocator.allocate(4096), p);  // a takes it back at once: stream order makes that safe
   allocator.deallocate(p, 4096);
   EXPECT_EQ(device.raw_allocations, 2);
@@ -103,7 +96,7 @@ TEST(CachingAllocatorStreams, ABlockUsedOnAnotherStreamWaitsForItsEvent) {
   FakeDevice device;
   CachingAllocator allocator(device, Device::cuda(0));
   FakeStream compute, copy;
-  Current on_compute(&compute);
+  StreamScope on_compute(&compute);
   void* p = allocator.allocate(1 << 20);
   allocator.record_stream(p, copy);
   allocator.deallocate(p, 1 << 20);
@@ -126,7 +119,7 @@ TEST(CachingAllocatorStreams, RecordingTheOwnStreamChangesNothing) {
   FakeDevice device;
   CachingAllocator allocator(device, Device::cuda(0));
   FakeStream compute;
-  Current on_compute(&compute);
+  StreamScope on_compute(&compute);
   void* p = allocator.allocate(512);
   allocator.record_stream(p, compute);
   allocator.deallocate(p, 512);
@@ -141,7 +134,7 @@ TEST(CachingAllocatorStreams, ARetiredStreamsBlocksServeAllocationsWithoutAStrea
   auto stream = std::make_unique<FakeStream>();
   void* p = nullptr;
   {
-    Current on(stream.get());
+    StreamScope on(stream.get());
     p = allocator.allocate(2048);
     allocator.deallocate(p, 2048);
   }
@@ -155,7 +148,7 @@ TEST(CachingAllocatorStreams, EmptyCacheWaitsForTheDeviceFirst) {
   FakeDevice device;
   CachingAllocator allocator(device, Device::cuda(0));
   FakeStream compute, copy;
-  Current on_compute(&compute);
+  StreamScope on_compute(&compute);
   void* p = allocator.allocate(1000);
   allocator.record_stream(p, copy);
   allocator.deallocate(p, 1000);

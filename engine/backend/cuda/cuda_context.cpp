@@ -64,11 +64,7 @@ void* CudaContext::workspace(size_t bytes) {
   size_t grown = std::max(bytes, workspace_bytes_ * 2);
   // The block must belong to this context's stream pool whatever stream the calling thread has
   // bound, or another stream could be handed the old buffer while our queued kernels read it.
-  struct BindStream {
-    Stream* previous;
-    explicit BindStream(Stream& s) : previous(set_current_stream(&s)) {}
-    ~BindStream() { set_current_stream(previous); }
-  } bind(ctx_.stream());
+  StreamScope bind(&ctx_.stream());
   if (workspace_ != nullptr) ctx_.allocator().deallocate(workspace_, workspace_bytes_);
   workspace_ = nullptr;
   workspace_bytes_ = 0;
