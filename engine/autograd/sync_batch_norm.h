@@ -13,13 +13,15 @@ class ReplicaReducer {
  public:
   virtual ~ReplicaReducer() = default;
   virtual int world_size() const = 0;
-  // x: (n) f32 on the host; out: (world_size * n) f32 on the host, every replica's x in rank order.
+  // x: (n) f32 on the replica's device; out: (world_size * n) f32 there, every replica's x in rank
+  // order. On a GPU both calls may return before the exchange is done: work queued afterwards on
+  // the calling thread's current stream follows it.
   virtual void all_gather(const Tensor& x, const Tensor& out) = 0;
-  // x: (n) f32 on the host, replaced by the sum over replicas (bitwise equal on every replica).
+  // x: (n) f32 on the replica's device, replaced by the sum over replicas (bitwise equal everywhere).
   virtual void all_reduce_sum(const Tensor& x) = 0;
 };
 
-// Training-mode batch norm of (N, C, H, W) x (NCHW or channels_last, CPU) with the mean and
+// Training-mode batch norm of (N, C, H, W) x (NCHW or channels_last, any device) with the mean and
 // biased variance of all replicas' batches together; running statistics are updated with them
 // (unbiased variance, as PyTorch), so they stay bitwise equal across replicas. Forward costs one
 // all-gather of 2C+1 floats, backward one all-reduce of 2C floats. The gradient assumes the

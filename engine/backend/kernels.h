@@ -84,6 +84,28 @@ struct KernelTable {
                              const Tensor& gamma, const BatchNormSaved& saved, Tensor& dx, Tensor& dgamma,
                              Tensor& dbeta) = nullptr;
 
+  // SyncBatchNorm's halves (engine/autograd/sync_batch_norm.cpp): its statistics cross replicas
+  // between them, so training batch norm is split where PyTorch splits it (batch_norm_stats,
+  // batch_norm_gather_stats, batch_norm_backward_reduce, batch_norm_backward_elemt). Per-channel
+  // sums are accumulated in double, in an order fixed by the shape (repeatable runs).
+  // (2C + 1) moments = [mean (C), M2 (C) = sum of squared deviations, N * H * W] of x.
+  void (*batchnorm_moments)(Ctx&, const Tensor& x, Tensor& moments) = nullptr;
+  // gathered (R, 2C + 1): every replica's moments in rank order, merged in that order (Chan et al.)
+  // into (C) mean, biased var and invstd = 1 / sqrt(var + eps), and (1) count; the running statistics
+  // are updated with the unbiased variance, unless the total count is 1 or less (the caller reports it).
+  void (*batchnorm_merge_moments)(Ctx&, const BatchNormParams&, const Tensor& gathered, Tensor& running_mean,
+                                  Tensor& running_var, Tensor& mean, Tensor& var, Tensor& invstd,
+                                  Tensor& count) = nullptr;
+  // g = dy (zero where y <= 0 under fuse_relu), xhat = (x - mean) invstd. (2C) sums = [sum g,
+  // sum g xhat] over this replica's values; dbeta and dgamma (C) get the same two halves.
+  void (*batchnorm_backward_reduce)(Ctx&, const BatchNormParams&, const Tensor& x, const Tensor& y,
+                                    const Tensor& dy, const Tensor& mean, const Tensor& invstd, Tensor& sums,
+                                    Tensor& dgamma, Tensor& dbeta) = nullptr;
+  // dx = gamma invstd (g - sums[c] / count - xhat sums[C + c] / count), with the global sums and count.
+  void (*batchnorm_backward_elemt)(Ctx&, const BatchNormParams&, const Tensor& x, const Tensor& y, const Tensor& dy,
+                                   const Tensor& gamma, const Tensor& mean, const Tensor& invstd, const Tensor& sums,
+                                   const Tensor& count, Tensor& dx) = nullptr;
+
   void (*relu_forward)(Ctx&, const Tensor& x, Tensor& y) = nullptr;
   // dx = dy where y > 0, else 0.
   void (*relu_backward)(Ctx&, const Tensor& y, const Tensor& dy, Tensor& dx) = nullptr;
@@ -142,6 +164,10 @@ struct KernelTable {
                        size_t count) = nullptr;
   // () y = sum over the tensors of the sum of their squared elements (for clipping by global norm).
   void (*squared_norm)(Ctx&, const Tensor* x, size_t count, Tensor& y) = nullptr;
+  // Scales every x in place by clip_factor(squared_norm, max_norm) (optim_math.h) when the norm
+  // exceeds max_norm, reading squared_norm ([] f32, from squared_norm) on the device.
+  void (*clip_by_global_norm)(Ctx&, const Tensor* x, size_t count, const Tensor& squared_norm,
+                              double max_norm) = nullptr;
 };
 
 }  // namespace tandem::backend

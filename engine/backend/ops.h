@@ -35,6 +35,25 @@ struct BatchNormGrads {
 BatchNormGrads batchnorm_backward(Ctx&, const BatchNormParams&, const Tensor& x, const Tensor& y,
                                   const Tensor& dy, const Tensor& gamma, const BatchNormSaved& saved);
 
+// SyncBatchNorm's halves (ops_sync_batchnorm.cpp; contracts in kernels.h).
+Tensor batchnorm_moments(Ctx&, const Tensor& x);  // (2C + 1)
+struct MergedMoments {
+  Tensor mean, var, invstd;  // (C): global mean, biased variance, 1 / sqrt(var + eps)
+  Tensor count;              // (1): values per channel over every replica
+};
+// gathered: (R (2C + 1)) every replica's moments; updates the running statistics in place.
+MergedMoments batchnorm_merge_moments(Ctx&, const BatchNormParams&, const Tensor& gathered, int64_t channels,
+                                      Tensor& running_mean, Tensor& running_var);
+struct BatchNormReduced {
+  Tensor sums;           // (2C): [sum g, sum g xhat] of this replica, to be summed over replicas
+  Tensor dgamma, dbeta;  // (C): this replica's share (its halves of sums)
+};
+BatchNormReduced batchnorm_backward_reduce(Ctx&, const BatchNormParams&, const Tensor& x, const Tensor& y,
+                                           const Tensor& dy, const Tensor& mean, const Tensor& invstd);
+Tensor batchnorm_backward_elemt(Ctx&, const BatchNormParams&, const Tensor& x, const Tensor& y, const Tensor& dy,
+                                const Tensor& gamma, const Tensor& mean, const Tensor& invstd, const Tensor& sums,
+                                const Tensor& count);
+
 Tensor relu_forward(Ctx&, const Tensor& x);
 Tensor relu_backward(Ctx&, const Tensor& y, const Tensor& dy);
 
@@ -90,7 +109,12 @@ void sgd_update(Ctx&, const SgdParams&, const std::vector<Tensor>& w, const std:
                 const std::vector<Tensor>& v);
 void adamw_update(Ctx&, const AdamWParams&, const std::vector<Tensor>& w, const std::vector<Tensor>& dw,
                   const std::vector<Tensor>& m, const std::vector<Tensor>& v);
-// sqrt of the sum of squares of every element of every tensor, read back to the host.
+// [] f32 on the context's device: the sum of squares of every element of every tensor.
+Tensor squared_norm(Ctx&, const std::vector<Tensor>& x);
+// sqrt of squared_norm, read back to the host.
 double global_norm(Ctx&, const std::vector<Tensor>& x);
+// Scales every x in place by clip_factor(squared_norm, max_norm) (optim_math.h): PyTorch's
+// clip_grad_norm_ without reading the norm back to the host.
+void clip_by_global_norm(Ctx&, const std::vector<Tensor>& x, const Tensor& squared_norm, double max_norm);
 
 }  // namespace tandem::backend

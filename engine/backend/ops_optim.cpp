@@ -52,12 +52,28 @@ void adamw_update(Ctx& ctx, const AdamWParams& p, const std::vector<Tensor>& w, 
   fn(ctx, p, w.data(), dw.data(), m.data(), v.data(), w.size());
 }
 
-double global_norm(Ctx& ctx, const std::vector<Tensor>& x) {
-  check_list("global_norm", "x", x, x, ctx.device());
+Tensor squared_norm(Ctx& ctx, const std::vector<Tensor>& x) {
+  check_list("squared_norm", "x", x, x, ctx.device());
   auto fn = entry(kernels_for(ctx.device().type).squared_norm, "squared_norm", ctx.device());
   Tensor y = Tensor::empty({}, DType::kF32, ctx.device());
   fn(ctx, x.data(), x.size(), y);
-  return std::sqrt(static_cast<double>(y.to(Device::cpu()).data<float>()[0]));
+  return y;
+}
+
+double global_norm(Ctx& ctx, const std::vector<Tensor>& x) {
+  return std::sqrt(static_cast<double>(squared_norm(ctx, x).to(Device::cpu()).data<float>()[0]));
+}
+
+void clip_by_global_norm(Ctx& ctx, const std::vector<Tensor>& x, const Tensor& squared_norm, double max_norm) {
+  constexpr std::string_view op = "clip_by_global_norm";
+  TANDEM_CHECK(max_norm > 0.0, ErrorCode::kInvalidArgument, "{}: max_norm must be positive, got {}", op, max_norm);
+  check_list(op, "x", x, x, ctx.device());
+  TANDEM_CHECK(squared_norm.defined() && squared_norm.numel() == 1 && squared_norm.dtype() == DType::kF32 &&
+                   squared_norm.device() == ctx.device(),
+               ErrorCode::kInvalidArgument, "{}: squared_norm must be one f32 value on {}, got {}", op,
+               ctx.device().str(), squared_norm.defined() ? squared_norm.describe() : std::string("undefined"));
+  auto fn = entry(kernels_for(ctx.device().type).clip_by_global_norm, op, ctx.device());
+  fn(ctx, x.data(), x.size(), squared_norm, max_norm);
 }
 
 }  // namespace tandem::backend

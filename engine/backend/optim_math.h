@@ -67,4 +67,11 @@ TANDEM_HOST_DEVICE inline void adamw_step_element(const AdamWStep& s, float& w, 
   w -= s.step_size * m / (std::sqrt(v) / s.sqrt_c2 + s.eps);
 }
 
+// PyTorch's clip_grad_norm_: the gradients scale by max_norm / (norm + 1e-6) when their global
+// norm exceeds max_norm, else stay as they are (factor 1). squared_norm is squared_norm's output.
+TANDEM_HOST_DEVICE inline float clip_factor(float squared_norm, double max_norm) {
+  const double norm = std::sqrt(static_cast<double>(squared_norm));
+  return norm > max_norm ? static_cast<float>(max_norm / (norm + 1e-6)) : 1.0f;
+}
+
 }  // namespace tandem::backend

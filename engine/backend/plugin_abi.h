@@ -14,7 +14,8 @@ extern "C" {
 // 2: DeviceServices gained allocate_host_pinned / free_host_pinned (pinned staging buffers).
 // 3: the kernel table is filled; DeviceServices gained fill_zero and bind_thread; ExecutionContext
 //    carries KernelOptions and a backend extension.
-inline constexpr int kTandemCudaPluginAbi = 3;
+// 4: the kernel table gained SyncBatchNorm's halves and clip_by_global_norm.
+inline constexpr int kTandemCudaPluginAbi = 4;
 inline constexpr const char* kTandemCudaPluginEntry = "tandem_cuda_plugin_init";
 // Returns the kernel table without initialising CUDA (no driver call): for tests and the doctor.
 inline constexpr const char* kTandemCudaKernelTableEntry = "tandem_cuda_kernel_table";

@@ -1,20 +1,27 @@
 // SyncBatchNorm's collectives, and the walk that converts a model's BatchNorm layers.
 #include "engine/distribute/sync_batchnorm.h"
 
+#include "engine/core/device.h"
 #include "engine/nn/layers.h"
 
 namespace tandem::distribute {
 
-CommunicatorReducer::CommunicatorReducer(Communicator& comm) : comm_(&comm) {
-  TANDEM_CHECK(comm.device().is_cpu(), ErrorCode::kUnimplemented,
-               "SyncBatchNorm runs on CPU replicas only so far (communicator on {}); set "
-               "distribute.sync_batchnorm: false",
-               comm.device().str());
+CommunicatorReducer::CommunicatorReducer(Communicator& comm) : comm_(&comm) {}
+
+void CommunicatorReducer::all_gather(const Tensor& x, const Tensor& out) { follow(comm_->all_gather_async(x, out)); }
+
+void CommunicatorReducer::all_reduce_sum(const Tensor& x) { follow(comm_->all_reduce_async(x, ReduceOp::kSum)); }
+
+void CommunicatorReducer::follow(const CollectiveHandle& handle) const {
+  // The collective started after the work queued on the thread's current stream (NCCL's default
+  // ordering); the stream now waits for it, so the statistics never visit the host.
+  Stream* stream = current_stream();
+  if (stream != nullptr && !comm_->device().is_cpu() && stream->device() == comm_->device()) {
+    handle.wait_on(*stream);
+  } else {
+    handle.wait();
+  }
 }
-
-void CommunicatorReducer::all_gather(const Tensor& x, const Tensor& out) { comm_->all_gather(x, out); }
-
-void CommunicatorReducer::all_reduce_sum(const Tensor& x) { comm_->all_reduce(x, ReduceOp::kSum); }
 
 namespace {
 

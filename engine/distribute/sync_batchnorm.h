@@ -11,8 +11,9 @@
 
 namespace tandem::distribute {
 
-// The two collectives of SyncBatchNorm on this replica's communicator (CPU replicas: the
-// statistics travel as host tensors).
+// The two collectives of SyncBatchNorm on this replica's communicator: host tensors on CPU
+// replicas, device tensors over NCCL on GPU replicas (where the replica's stream, not its host
+// thread, waits for them).
 class CommunicatorReducer final : public autograd::ReplicaReducer {
  public:
   explicit CommunicatorReducer(Communicator& comm);
@@ -21,6 +22,8 @@ class CommunicatorReducer final : public autograd::ReplicaReducer {
   void all_reduce_sum(const Tensor& x) override;
 
  private:
+  void follow(const CollectiveHandle& handle) const;
+
   Communicator* comm_;
 };
 

@@ -96,23 +96,16 @@ void Optimizer::load_state_dict(const std::map<std::string, Tensor>& state, int6
   steps_ = steps_taken;
 }
 
-double clip_grad_norm(ExecutionContext& ctx, const NamedParameters& params, double max_norm) {
+Tensor clip_grad_norm(ExecutionContext& ctx, const NamedParameters& params, double max_norm) {
   TANDEM_CHECK(max_norm > 0.0, ErrorCode::kInvalidArgument, "clip_grad_norm: max_norm must be positive, got {}",
                max_norm);
   std::vector<Tensor> grads;
   for (const auto& [name, p] : params) {
     if (p.has_grad()) grads.push_back(p.grad());
   }
-  double norm = backend::global_norm(ctx, grads);
-  if (norm > max_norm) {
-    // As PyTorch: scale by max_norm / (norm + 1e-6).
-    float factor = static_cast<float>(max_norm / (norm + 1e-6));
-    for (const auto& [name, p] : params) {
-      autograd::Variable handle = p;  // shares the parameter's data
-      if (handle.has_grad()) handle.set_grad(backend::scale(ctx, handle.grad(), factor));
-    }
-  }
-  return norm;
+  Tensor squared = backend::squared_norm(ctx, grads);
+  backend::clip_by_global_norm(ctx, grads, squared, max_norm);  // the handles share the gradients' storage
+  return squared;
 }
 
 }  // namespace tandem::optim

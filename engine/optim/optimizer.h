@@ -85,7 +85,9 @@ class Optimizer {
 // Builds the optimizer OptimizerOptions::name names; InvalidArgument (with "did you mean") otherwise.
 std::unique_ptr<Optimizer> make_optimizer(NamedParameters params, const OptimizerOptions& options);
 
-// Scales every gradient so their global L2 norm is at most max_norm; returns the norm before.
-double clip_grad_norm(ExecutionContext& ctx, const NamedParameters& params, double max_norm);
+// Scales every gradient in place so their global L2 norm is at most max_norm (PyTorch's
+// clip_grad_norm_), on the context's device and without reading anything back. Returns the sum of
+// squares of the gradients before clipping: [] f32 on the device (its square root is the norm).
+Tensor clip_grad_norm(ExecutionContext& ctx, const NamedParameters& params, double max_norm);
 
 }  // namespace tandem::optim

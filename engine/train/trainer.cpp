@@ -49,9 +49,6 @@ void check_setup(const TrainerSetup& s) {
     TANDEM_CHECK(d.type == first.type, ErrorCode::kInvalidArgument,
                  "trainer: replicas on {} and {}: all replicas must be on one kind of device", first.str(), d.str());
   }
-  TANDEM_CHECK(first.is_cpu() || !s.config.distribute.sync_batchnorm || r == 1, ErrorCode::kUnimplemented,
-               "distribute.sync_batchnorm on GPU replicas is not implemented yet (its statistics are merged on the "
-               "host); set sync_batchnorm: false, or train on device: cpu");
   TANDEM_CHECK(!first.is_cpu() || s.config.precision == "fp32", ErrorCode::kInvalidArgument,
                "precision: {} needs GPU replicas (TF32 and bf16 tensor cores); the CPU backend computes in fp32: set "
                "precision: fp32, or device: cuda",

@@ -313,5 +313,23 @@ TEST(OptimizerGpu, SquaredNormOfNothingIsZero) {
   EXPECT_EQ(global_norm(c.gpu, {Tensor::empty({0}, DType::kF32, kGpu)}), 0.0);
 }
 
+// Clipping reads the norm on the device. Above the limit the scaled gradients match the CPU's (the
+// norms may differ in their last bits, summed in other orders); under it nothing changes at all.
+TEST(OptimizerGpu, ClipByGlobalNormMatchesCpuWithoutReadingBack) {
+  TANDEM_REQUIRE_GPU();
+  Contexts c;
+  std::vector<Tensor> x = random_list(odd_shapes(), 70);
+  std::vector<Tensor> gx = to_gpu(x);
+  clip_by_global_norm(c.cpu, x, squared_norm(c.cpu, x), 0.5);
+  clip_by_global_norm(c.gpu, gx, squared_norm(c.gpu, gx), 0.5);
+  expect_lists_close(gx, x, "clipped");
+  EXPECT_NEAR(global_norm(c.gpu, gx), 0.5, 1e-5);
+
+  std::vector<Tensor> y = random_list(odd_shapes(), 71);
+  std::vector<Tensor> gy = to_gpu(y);
+  clip_by_global_norm(c.gpu, gy, squared_norm(c.gpu, gy), 1e6);
+  for (size_t i = 0; i < y.size(); ++i) EXPECT_EQ(values(gy[i]), values(y[i])) << "tensor " << i;
+}
+
 }  // namespace
 }  // namespace tandem::backend

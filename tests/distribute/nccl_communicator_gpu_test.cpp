@@ -8,10 +8,9 @@
 #include <thread>
 #include <vector>
 
-#include "engine/backend/plugin_loader.h"
-#include "engine/backend/shared_library.h"
 #include "engine/distribute/nccl_communicator.h"
 #include "tests/distribute/distribute_test_util.h"
+#include "tests/distribute/gpu_test_util.h"
 
 namespace tandem::distribute {
 namespace {
@@ -19,30 +18,8 @@ namespace {
 using namespace std::chrono_literals;
 using testing::caught;
 using testing::expect_no_errors;
+using testing::all_devices;
 using testing::run_ranks;
-
-// Empty when the CUDA plugin is loaded and sees a GPU; else why not (as tests/cuda does).
-std::string gpu_skip_reason() {
-  backend::SharedLibrary driver("libcuda.so.1");
-  if (!driver.loaded()) return "no CUDA driver: " + driver.error();
-  driver.release();
-  const backend::CudaPluginStatus& status = backend::load_cuda_plugin();
-  if (!status.loaded) return status.summary();
-  if (status.device_count == 0) return "no GPU visible to the CUDA plugin";
-  return {};
-}
-
-#define REQUIRE_GPUS(n)                                                                         \
-  do {                                                                                          \
-    if (std::string reason = gpu_skip_reason(); !reason.empty()) GTEST_SKIP() << reason;        \
-    if (backend::load_cuda_plugin().device_count < (n)) GTEST_SKIP() << "needs " << (n) << " GPUs"; \
-  } while (false)
-
-std::vector<int> all_devices() {
-  std::vector<int> devices;
-  for (int d = 0; d < std::min(backend::load_cuda_plugin().device_count, 8); ++d) devices.push_back(d);
-  return devices;
-}
 
 Tensor on(int device, std::vector<float> values) {
   const auto n = static_cast<int64_t>(values.size());

@@ -144,6 +144,28 @@ TEST(SyncBatchNorm, ASingleValuePerChannelIsRefused) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
     EXPECT_NE(std::string(e.what()).find("more than 1"), std::string::npos) << e.what();
   }
+  // No unbiased variance exists: the running statistics are left as they were, not made infinite.
+  EXPECT_EQ(rm.to_vector(), (std::vector<float>{0.0f, 0.0f}));
+  EXPECT_EQ(rv.to_vector(), (std::vector<float>{0.0f, 0.0f}));
+}
+
+TEST(SyncBatchNorm, OneValueHereIsEnoughWhenOtherReplicasHoldMore) {
+  // The count check reads the merged count only when this replica alone cannot settle it.
+  CpuCommunicatorGroup group(2, CommunicatorOptions{20s});
+  expect_no_errors(run_ranks(2, [&](int r) {
+    CommunicatorReducer reducer(group.communicator(r));
+    ExecutionContext ctx(Device::cpu(), 1);
+    autograd::Variable x(Tensor::from_vector(r == 0 ? std::vector<float>{1.0f} : std::vector<float>{2.0f, 4.0f},
+                                             Shape({r == 0 ? 1 : 2, 1, 1, 1})),
+                         true);
+    autograd::Variable gamma(Tensor::from_vector({1.0f}, Shape({1})), true);
+    autograd::Variable beta(Tensor::zeros({1}), true);
+    Tensor rm = Tensor::zeros({1}), rv = Tensor::zeros({1});
+    autograd::BatchNormParams params{.eps = 0.0f, .momentum = 1.0f, .fuse_relu = false};
+    autograd::sync_batch_norm_training(ctx, x, gamma, beta, rm, rv, params, reducer);
+    EXPECT_FLOAT_EQ(rm.to_vector()[0], 7.0f / 3.0f);  // mean of {1, 2, 4}
+    EXPECT_FLOAT_EQ(rv.to_vector()[0], 7.0f / 3.0f);  // unbiased variance of {1, 2, 4}: (16/9 + 1/9 + 25/9) / 2
+  }));
 }
 
 }  // namespace

@@ -153,10 +153,13 @@ TEST(ClipGradNorm, ScalesToMaxNorm) {
   params[0].second.set_grad(Tensor::from_vector({3, 0, 0, 0}, {2, 2}));
   params[1].second.set_grad(Tensor::from_vector({0, 4}, {2}));
   ExecutionContext ctx;
-  EXPECT_NEAR(clip_grad_norm(ctx, params, 1.0), 5.0, 1e-6);
+  auto norm = [&](double max_norm) { return std::sqrt(clip_grad_norm(ctx, params, max_norm).to_vector()[0]); };
+  EXPECT_NEAR(norm(1.0), 5.0, 1e-6);
   EXPECT_NEAR(params[0].second.grad().to_vector()[0], 0.6, 1e-5);
   EXPECT_NEAR(params[1].second.grad().to_vector()[1], 0.8, 1e-5);
-  EXPECT_NEAR(clip_grad_norm(ctx, params, 10.0), 1.0, 1e-5);  // under the limit: unchanged
+  EXPECT_NEAR(norm(10.0), 1.0, 1e-5);  // under the limit: unchanged
+  EXPECT_NEAR(params[1].second.grad().to_vector()[1], 0.8, 1e-5);
+  EXPECT_THROW(clip_grad_norm(ctx, params, 0.0), Error);
 }
 
 TEST(LrSchedule, ShapesAtChosenSteps) {

@@ -22,6 +22,16 @@ void batchnorm_backward(Ctx&, const BatchNormParams&, const Tensor& x, const Ten
                         const Tensor& gamma, const BatchNormSaved& saved, Tensor& dx, Tensor& dgamma,
                         Tensor& dbeta);
 
+// cpu_sync_batchnorm.cpp
+void batchnorm_moments(Ctx&, const Tensor& x, Tensor& moments);
+void batchnorm_merge_moments(Ctx&, const BatchNormParams&, const Tensor& gathered, Tensor& running_mean,
+                             Tensor& running_var, Tensor& mean, Tensor& var, Tensor& invstd, Tensor& count);
+void batchnorm_backward_reduce(Ctx&, const BatchNormParams&, const Tensor& x, const Tensor& y, const Tensor& dy,
+                               const Tensor& mean, const Tensor& invstd, Tensor& sums, Tensor& dgamma, Tensor& dbeta);
+void batchnorm_backward_elemt(Ctx&, const BatchNormParams&, const Tensor& x, const Tensor& y, const Tensor& dy,
+                              const Tensor& gamma, const Tensor& mean, const Tensor& invstd, const Tensor& sums,
+                              const Tensor& count, Tensor& dx);
+
 // cpu_pool.cpp
 void max_pool2d_forward(Ctx&, const Pool2dParams&, const Tensor& x, Tensor& y, Tensor& workspace);
 void max_pool2d_backward(Ctx&, const Pool2dParams&, const Tensor& x, const Tensor& dy, const Tensor& workspace,

@@ -51,4 +51,14 @@ void squared_norm(Ctx& ctx, const Tensor* x, size_t count, Tensor& y) {
   y.data<float>()[0] = static_cast<float>(total);
 }
 
+void clip_by_global_norm(Ctx& ctx, const Tensor* x, size_t count, const Tensor& squared_norm, double max_norm) {
+  const float factor = clip_factor(squared_norm.data<float>()[0], max_norm);
+  if (factor == 1.0f) return;
+  apply_thread_budget(ctx);
+  for (size_t k = 0; k < count; ++k) {
+    float* px = x[k].data<float>();
+    parallel_for(x[k].numel(), [=](int64_t i) { px[i] = factor * px[i]; });
+  }
+}
+
 }  // namespace tandem::backend::cpu

@@ -13,6 +13,10 @@ const KernelTable& kernel_table() {
     t.batchnorm_forward_training = batchnorm_forward_training;
     t.batchnorm_forward_inference = batchnorm_forward_inference;
     t.batchnorm_backward = batchnorm_backward;
+    t.batchnorm_moments = batchnorm_moments;
+    t.batchnorm_merge_moments = batchnorm_merge_moments;
+    t.batchnorm_backward_reduce = batchnorm_backward_reduce;
+    t.batchnorm_backward_elemt = batchnorm_backward_elemt;
     t.relu_forward = relu_forward;
     t.relu_backward = relu_backward;
     t.max_pool2d_forward = max_pool2d_forward;
@@ -38,6 +42,7 @@ const KernelTable& kernel_table() {
     t.sgd_update = sgd_update;
     t.adamw_update = adamw_update;
     t.squared_norm = squared_norm;
+    t.clip_by_global_norm = clip_by_global_norm;
     return t;
   }();
   return table;

@@ -23,6 +23,16 @@ void batchnorm_backward(Ctx&, const BatchNormParams&, const Tensor& x, const Ten
                         const Tensor& gamma, const BatchNormSaved& saved, Tensor& dx, Tensor& dgamma,
                         Tensor& dbeta);
 
+// cuda_sync_batchnorm.cu (SyncBatchNorm's halves: our kernels)
+void batchnorm_moments(Ctx&, const Tensor& x, Tensor& moments);
+void batchnorm_merge_moments(Ctx&, const BatchNormParams&, const Tensor& gathered, Tensor& running_mean,
+                             Tensor& running_var, Tensor& mean, Tensor& var, Tensor& invstd, Tensor& count);
+void batchnorm_backward_reduce(Ctx&, const BatchNormParams&, const Tensor& x, const Tensor& y, const Tensor& dy,
+                               const Tensor& mean, const Tensor& invstd, Tensor& sums, Tensor& dgamma, Tensor& dbeta);
+void batchnorm_backward_elemt(Ctx&, const BatchNormParams&, const Tensor& x, const Tensor& y, const Tensor& dy,
+                              const Tensor& gamma, const Tensor& mean, const Tensor& invstd, const Tensor& sums,
+                              const Tensor& count, Tensor& dx);
+
 // cuda_pool.cpp (cuDNN)
 void max_pool2d_forward(Ctx&, const Pool2dParams&, const Tensor& x, Tensor& y, Tensor& workspace);
 void max_pool2d_backward(Ctx&, const Pool2dParams&, const Tensor& x, const Tensor& dy, const Tensor& workspace,
@@ -62,6 +72,7 @@ void sgd_update(Ctx&, const SgdParams&, const Tensor* w, const Tensor* dw, const
 void adamw_update(Ctx&, const AdamWParams&, const Tensor* w, const Tensor* dw, const Tensor* m, const Tensor* v,
                   size_t count);
 void squared_norm(Ctx&, const Tensor* x, size_t count, Tensor& y);
+void clip_by_global_norm(Ctx&, const Tensor* x, size_t count, const Tensor& squared_norm, double max_norm);
 
 // The whole table; touches no driver, so a test can check it on a machine without a GPU.
 const KernelTable& kernel_table();

@@ -75,4 +75,14 @@ void squared_norm(Ctx& ctx, const Tensor* x, size_t count, Tensor& y) {
                     "op=squared_norm tensors={} elements={} blocks={}", count, total_elements(x, count), blocks);
 }
 
+void clip_by_global_norm(Ctx& ctx, const Tensor* x, size_t count, const Tensor& squared_norm, double max_norm) {
+  CudaContext& cc = tandem::cuda::cuda_context(ctx);
+  auto& entries = entries_of(cc, count);
+  for (size_t i = 0; i < count; ++i) entries[i] = {{mutable_f32(x[i]), nullptr, nullptr, nullptr}, x[i].numel()};
+  TANDEM_CUDA_CHECK(detail::launch_clip_by_global_norm(entries.data(), count, squared_norm.data<float>(), max_norm,
+                                                       cc.stream()),
+                    "op=clip_by_global_norm tensors={} elements={} max_norm={}", count, total_elements(x, count),
+                    max_norm);
+}
+
 }  // namespace tandem::backend::cuda

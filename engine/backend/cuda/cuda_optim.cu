@@ -117,6 +117,17 @@ __global__ void __launch_bounds__(kMultiTensorThreads)
   if (threadIdx.x == 0) *y = static_cast<float>(total);
 }
 
+// Every thread computes the same factor from the one device value, so the early return is uniform.
+__global__ void __launch_bounds__(kMultiTensorThreads)
+    clip_kernel(const __grid_constant__ TensorPack<1> pack, const float* squared_norm, double max_norm) {
+  const float factor = clip_factor(*squared_norm, max_norm);
+  if (factor == 1.0f) return;
+  for_each_element(pack, [&](int t, int64_t i) {
+    float* x = pack.ptr[0][t];
+    x[i] = __fmul_rn(factor, x[i]);  // as the CPU's factor * x, never contracted
+  });
+}
+
 // Packs the non-empty entries in order and calls launch(pack, blocks) whenever a pack is full and
 // once for the rest; stops at the first launch error.
 template <int Depth, typename Launch>
@@ -168,6 +179,14 @@ cudaError_t launch_squared_norm(const MultiTensorEntry* entries, size_t count, d
   if (err != cudaSuccess) return err;
   squared_norm_combine_kernel<<<1, kMultiTensorThreads, 0, stream>>>(partials, written, y);
   return cudaGetLastError();
+}
+
+cudaError_t launch_clip_by_global_norm(const MultiTensorEntry* entries, size_t count, const float* squared_norm,
+                                       double max_norm, cudaStream_t stream) {
+  return for_each_pack<1>(entries, count, [&](const TensorPack<1>& pack, int32_t blocks) {
+    clip_kernel<<<static_cast<unsigned>(blocks), kMultiTensorThreads, 0, stream>>>(pack, squared_norm, max_norm);
+    return cudaGetLastError();
+  });
 }
 
 }  // namespace tandem::backend::cuda::detail

@@ -44,5 +44,9 @@ cudaError_t launch_adamw(const AdamWStep& step, const MultiTensorEntry* entries,
 // atomics: the result is bitwise the same on every call.
 cudaError_t launch_squared_norm(const MultiTensorEntry* entries, size_t count, double* partials, float* y,
                                 cudaStream_t stream);
+// In place: entry.p[0] *= clip_factor(*squared_norm, max_norm) (optim_math.h), the factor read on the
+// device; no element is written when it is 1.
+cudaError_t launch_clip_by_global_norm(const MultiTensorEntry* entries, size_t count, const float* squared_norm,
+                                       double max_norm, cudaStream_t stream);
 
 }  // namespace tandem::backend::cuda::detail
