@@ -34,6 +34,7 @@ struct SyncSaved {
 
 std::vector<Tensor> sync_backward(ExecutionContext& ctx, const SyncSaved& s, const Tensor& dy_in,
                                   ReplicaReducer& reducer) {
+  const ContextBinding binding(ctx);  // the collective follows, and ctx's stream waits for, ctx's kernels
   Tensor dy = dy_in.format() == s.x.format() ? dy_in : dy_in.to_format(s.x.format());
   backend::BatchNormReduced local = backend::batchnorm_backward_reduce(ctx, s.params, s.x, s.y, dy, s.mean, s.invstd);
   // dgamma and dbeta stay this replica's share (the gradient buckets sum them); dx needs the sums of
@@ -61,6 +62,9 @@ Variable sync_batch_norm_training(ExecutionContext& ctx, const Variable& x, cons
                  ErrorCode::kInvalidArgument, "SyncBatchNorm: expected f32[{}] {} per-channel tensors for x {}, got {}",
                  channels, xv.device().str(), xv.describe(), t->describe());
   }
+  // The collectives follow the current stream and make it wait: let that be ctx's, whichever
+  // stream the calling thread had bound (the count's read below is ordered on it too).
+  const ContextBinding binding(ctx);
   Tensor local = backend::batchnorm_moments(ctx, xv);
   const int replicas = reducer.world_size();
   Tensor gathered = Tensor::empty({replicas * local.numel()}, DType::kF32, xv.device());

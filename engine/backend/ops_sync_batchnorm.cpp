@@ -20,6 +20,7 @@ void check_activations(std::string_view op, const Ctx& ctx, const Tensor& x, con
   check_tensor(op, "dy", dy, ctx, DType::kF32, 4, kNchw);
   check_same(op, "x", x, "y", y);
   check_same(op, "x", x, "dy", dy);
+  TANDEM_CHECK(x.dim(1) > 0, ErrorCode::kInvalidArgument, "{}: x {} has no channels", op, x.shape().str());
 }
 
 void check_channel_vectors(std::string_view op, const Ctx& ctx, const Tensor& x,

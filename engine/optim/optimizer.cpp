@@ -1,5 +1,7 @@
 #include "engine/optim/optimizer.h"
 
+#include <unordered_set>
+
 #include "engine/backend/ops.h"
 #include "engine/core/suggest.h"
 
@@ -104,7 +106,14 @@ Tensor clip_grad_norm(ExecutionContext& ctx, const NamedParameters& params, doub
     if (p.has_grad()) grads.push_back(p.grad());
   }
   Tensor squared = backend::squared_norm(ctx, grads);
-  backend::clip_by_global_norm(ctx, grads, squared, max_norm);  // the handles share the gradients' storage
+  // In place (the handles share the gradients' storage), each storage once: two parameters may
+  // hold one gradient tensor (autograd's add hands the same dy to both inputs).
+  std::vector<Tensor> distinct;
+  std::unordered_set<const void*> seen;
+  for (const Tensor& g : grads) {
+    if (seen.insert(g.raw_data()).second) distinct.push_back(g);
+  }
+  backend::clip_by_global_norm(ctx, distinct, squared, max_norm);
   return squared;
 }
 

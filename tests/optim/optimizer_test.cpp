@@ -162,6 +162,19 @@ TEST(ClipGradNorm, ScalesToMaxNorm) {
   EXPECT_THROW(clip_grad_norm(ctx, params, 0.0), Error);
 }
 
+TEST(ClipGradNorm, AGradientTwoParametersShareIsScaledOnce) {
+  // autograd's add hands one dy to both inputs: two parameters then hold the same tensor.
+  NamedParameters params = {{"a", Variable(Tensor::zeros({2}), true, "a")}, {"b", Variable(Tensor::zeros({2}), true, "b")}};
+  Tensor shared = Tensor::from_vector({3, 4}, {2});
+  params[0].second.set_grad(shared);
+  params[1].second.set_grad(shared);
+  ExecutionContext ctx;
+  clip_grad_norm(ctx, params, 1.0);  // the norm counts both: sqrt(2) * 5
+  const float factor = static_cast<float>(1.0 / (std::sqrt(50.0) + 1e-6));
+  EXPECT_FLOAT_EQ(shared.to_vector()[0], 3 * factor);  // once, not factor squared
+  EXPECT_FLOAT_EQ(shared.to_vector()[1], 4 * factor);
+}
+
 TEST(LrSchedule, ShapesAtChosenSteps) {
   LrSchedule cosine({.name = "cosine", .warmup_steps = 10}, 1.0f, 256, 110);
   EXPECT_FLOAT_EQ(cosine.lr_at(0), 0.0f);
