@@ -104,7 +104,12 @@ JsonWriter& JsonWriter::float_value(double v) {
   if (std::isnan(v)) return string("NaN");
   if (std::isinf(v)) return string(v > 0 ? "Infinity" : "-Infinity");
   separate();
-  // Values are float32: the shortest text that reads back as the same float.
+  // Values are float32: the shortest text that reads back as the same float. A negative zero is
+  // written -0.0: "-0" reads back as the integer 0 in many parsers (Python's json), losing the sign.
+  if (v == 0.0 && std::signbit(v)) {
+    out_ += "-0.0";
+    return *this;
+  }
   out_ += fmt::format("{}", static_cast<float>(v));
   return *this;
 }

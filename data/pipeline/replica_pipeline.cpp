@@ -56,8 +56,19 @@ std::vector<std::string> resolve_files(const std::vector<std::string>& patterns)
     glob_t matches{};
     int rc = ::glob(pattern.c_str(), 0, nullptr, &matches);
     size_t found = rc == 0 ? matches.gl_pathc : 0;
-    for (size_t i = 0; i < found; ++i) files.insert(matches.gl_pathv[i]);
+    std::string directory;
+    for (size_t i = 0; i < found; ++i) {
+      std::error_code ec;
+      if (std::filesystem::is_directory(matches.gl_pathv[i], ec)) {
+        directory = matches.gl_pathv[i];
+      } else {
+        files.insert(matches.gl_pathv[i]);
+      }
+    }
     globfree(&matches);
+    TANDEM_CHECK(directory.empty(), ErrorCode::kInvalidArgument,
+                 "data.files: '{}' is a directory; give the files in it, e.g. '{}/*.tfrecord'", directory,
+                 directory);
     TANDEM_CHECK(found > 0, ErrorCode::kNotFound, "data.files: no file matches '{}'", pattern);
   }
   return {files.begin(), files.end()};

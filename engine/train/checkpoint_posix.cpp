@@ -148,4 +148,22 @@ void exchange_paths(const std::filesystem::path& a, const std::filesystem::path&
   }
 }
 
+void write_file_atomically(const std::filesystem::path& path, std::string_view text) {
+  std::filesystem::path tmp = path;
+  tmp += ".tmp";
+  try {
+    File file = File::create(tmp);
+    file.write_all(text.data(), text.size());
+    file.sync();
+    file.close();
+    rename_path(tmp, path);
+  } catch (...) {
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);
+    throw;
+  }
+  std::filesystem::path dir = path.parent_path();
+  sync_directory(dir.empty() ? std::filesystem::path(".") : dir);
+}
+
 }  // namespace tandem::train::posix

@@ -112,7 +112,7 @@ Keys checkpoint_keys(CheckpointConfig& c) {
   return {
       {"dir", [&](auto& n, auto& p) { c.dir = as_string(n, p); }},
       {"every_steps", [&](auto& n, auto& p) { c.every_steps = as_int(n, p, 0); }},
-      {"keep_last", [&](auto& n, auto& p) { c.keep_last = as_int(n, p, 1); }},
+      {"keep_last", [&](auto& n, auto& p) { c.keep_last = as_int(n, p, 0); }},  // 0 keeps all
       {"resume", [&](auto& n, auto& p) { c.resume = as_string(n, p); }},
   };
 }

@@ -93,6 +93,9 @@ void ReplicaLoop::checkpoint(int64_t epoch, int64_t batches_into_epoch) {
     meta.metrics["train_loss"] = last_train_loss_;
     shared_.progress.finish_line();
     shared_.checkpoints->save(*model_, *optimizer_, meta);  // logs where it went
+    // Metrics up to the checkpoint reach the disk with it: a kill from here on loses only rows a
+    // resumed run writes again.
+    for (MetricsSink* sink : shared_.setup.sinks) sink->flush();
   }
   // No replica may write its next position before replica 0 has copied them all.
   reduce_scalar_sum(0.0);

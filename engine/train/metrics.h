@@ -30,6 +30,9 @@ class MetricsSink {
   virtual ~MetricsSink() = default;
   virtual void scalar(const std::string& tag, double value, int64_t step) = 0;
   virtual void flush() {}
+  // A resumed run continues after `step`: what a stopped run wrote for later steps goes (the
+  // resumed run writes those steps again), so every step ends up recorded exactly once.
+  virtual void resume_at(int64_t /*step*/) {}
 };
 
 struct RunSummary {
@@ -45,6 +48,7 @@ struct RunSummary {
   std::string device;
   int64_t dropped_examples = 0;  // examples left out because not every replica had a full batch
   double wall_time_s = 0;
+  int stop_signal = 0;  // non-zero: stopped early on request (TrainerSetup::stop), e.g. SIGTERM's 15
 };
 
 }  // namespace tandem::train

@@ -65,11 +65,25 @@ class ReplicaLoop {
   void run_epochs();
   // For an out-of-memory error: the batch, what the allocator held, and a batch size that would fit.
   std::string out_of_memory_advice() const;
-  // Returns the batches consumed in this epoch, and whether the epoch ran to its end.
-  std::pair<int64_t, bool> train_epoch(int64_t epoch, int64_t skip_batches);
+  struct EpochEnd {
+    int64_t batches = 0;     // consumed in this epoch (skipped ones included)
+    bool completed = false;  // the epoch ran to its end (not stopped by train.steps)
+    int64_t steps = 0;       // trained in this call
+    int64_t dropped = 0;     // examples of incomplete batches, over every replica
+  };
+  EpochEnd train_epoch(int64_t epoch, int64_t skip_batches);
+  // An epoch that gave no step would repeat forever (train.steps) or end the run having trained
+  // nothing (epochs): both are errors that say why.
+  [[noreturn]] void throw_no_batch(int64_t epoch, int64_t dropped) const;
   // The epoch and the batches into it where a resumed run starts (0, 0 for a fresh run).
   std::pair<int64_t, int64_t> resume_position() const;
-  bool all_have_batch(bool mine);
+  // The per-step agreement of every replica: whether each has a full batch, and whether any saw a
+  // stop request (TrainerSetup::stop), so that all stop after the same step.
+  struct Vote {
+    bool all_have_batch = false;
+    bool stop = false;
+  };
+  Vote vote(bool have_batch);
   void train_step(const Batch& batch);
   // Waits for the reduced gradients and applies the optimizer (per bucket when it can).
   void reduce_and_update();
@@ -96,7 +110,7 @@ class ReplicaLoop {
   std::unique_ptr<StepTimer> timer_;
   distribute::Communicator* comm_ = nullptr;       // device tensors (gradients, weights)
   distribute::Communicator* host_comm_ = nullptr;  // host tensors (votes, counters)
-  Tensor flag_;    // (1) f32 on the host: the per-step "I have a full batch" vote
+  Tensor flag_;    // (2) f32 on the host: the per-step vote (I have a full batch, I saw a stop request)
   Tensor stats_;   // (3) f32 on the device: loss sum, correct, examples since the last log line
   Tensor host_stats_;  // (3) f32 on the host: stats_ read back at a log line, then summed over replicas
 
@@ -110,6 +124,7 @@ class ReplicaLoop {
   double timed_seconds_ = 0;
   double interval_input_ = 0, interval_total_ = 0;  // for the progress line's input-wait share
   int64_t dropped_ = 0;
+  int stop_signal_ = 0;  // the stop request every replica agreed on (0: none)
   bool buffers_identical_ = false;  // BatchNorm statistics equal across replicas (1 replica, or synchronised)
 };
 

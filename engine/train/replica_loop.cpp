@@ -70,12 +70,12 @@ void ReplicaLoop::setup() {
   bucketer_ = std::make_unique<distribute::GradientBucketer>(*comm_, *ctx_, model_->named_parameters(),
                                                              bucket_options(config_.distribute));
   timer_ = std::make_unique<StepTimer>(*ctx_);
-  flag_ = Tensor::zeros({1}, DType::kF32);
+  flag_ = Tensor::zeros({2}, DType::kF32);
   stats_ = Tensor::zeros({3}, DType::kF32, device);
   host_stats_ = Tensor::zeros({3}, DType::kF32);
 }
 
-bool ReplicaLoop::done() const { return config_.loop.steps > 0 && step_ >= config_.loop.steps; }
+bool ReplicaLoop::done() const { return stop_signal_ != 0 || (config_.loop.steps > 0 && step_ >= config_.loop.steps); }
 
 void ReplicaLoop::run() {
   try {
@@ -117,16 +117,20 @@ void ReplicaLoop::run_epochs() {
   int64_t last_epoch = config_.loop.steps > 0 ? INT64_MAX : config_.loop.epochs;
   int64_t epoch = first_epoch;
   for (; epoch < last_epoch && !done(); ++epoch) {
-    auto [batches, completed] = train_epoch(epoch, skip);
+    EpochEnd end = train_epoch(epoch, skip);
+    if (end.completed && end.steps == 0 && skip == 0) throw_no_batch(epoch, end.dropped);
     skip = 0;
-    if (!completed) {
-      // Stopped by train.steps mid-epoch: evaluate and save where the data stands.
-      if (config_.loop.eval_every_steps == 0) evaluate(step_);
-      checkpoint(epoch, batches);
+    // The checkpoint comes first: an evaluation that fails (a bad label in eval_data) must not
+    // lose the epoch's training.
+    if (!end.completed) {
+      // Stopped mid-epoch (train.steps, or a stop request): save where the data stands, then
+      // evaluate, unless asked to stop (whoever asked wants the process gone soon).
+      if (stop_signal_ == 0 || step_ > start_step_) checkpoint(epoch, end.batches);
+      if (config_.loop.eval_every_steps == 0 && stop_signal_ == 0) evaluate(step_);
       break;
     }
-    if (config_.loop.eval_every_steps == 0) evaluate(step_);
     if (config_.checkpoint.every_steps == 0 || done()) checkpoint(epoch + 1, 0);
+    if (config_.loop.eval_every_steps == 0) evaluate(step_);
   }
   if (rank_ == 0) {
     RunSummary& s = shared_.summary;
@@ -144,6 +148,7 @@ void ReplicaLoop::run_epochs() {
     s.global_batch_size = plan_.global_batch_size;
     s.per_replica_batch_size = plan_.per_replica_batch_size;
     s.device = plan_.devices.front().str();
+    s.stop_signal = stop_signal_;
   }
 }
 
@@ -160,13 +165,29 @@ std::pair<int64_t, int64_t> ReplicaLoop::resume_position() const {
   return {saved.front().data_position.value("epoch", shared_.resume->epoch), examples / plan_.global_batch_size};
 }
 
-bool ReplicaLoop::all_have_batch(bool mine) {
-  flag_.data<float>()[0] = mine ? 1.0f : 0.0f;
+ReplicaLoop::Vote ReplicaLoop::vote(bool have_batch) {
+  const std::atomic<int>* stop = shared_.setup.stop;
+  const int signal = stop != nullptr ? stop->load(std::memory_order_relaxed) : 0;
+  float* f = flag_.data<float>();
+  f[0] = have_batch ? 1.0f : 0.0f;
+  f[1] = static_cast<float>(signal);
   host_comm_->all_reduce(flag_, distribute::ReduceOp::kSum);
-  return static_cast<int>(flag_.data<float>()[0]) == plan_.replicas();
+  // Replicas may read the flag either side of the signal: the sum is non-zero for all alike.
+  if (f[1] != 0.0f && stop_signal_ == 0) stop_signal_ = signal != 0 ? signal : stop->load();
+  return {static_cast<int>(f[0]) == plan_.replicas(), f[1] != 0.0f};
 }
 
-std::pair<int64_t, bool> ReplicaLoop::train_epoch(int64_t epoch, int64_t skip_batches) {
+void ReplicaLoop::throw_no_batch(int64_t epoch, int64_t dropped) const {
+  const std::string given = dropped > 0 ? fmt::format("only {} example(s) in all", dropped) : "no example at all";
+  throw_error(ErrorCode::kFailedPrecondition,
+              "epoch {} gave no training step: a step needs a full batch of {} example(s) on each of the {} "
+              "replica(s) (train.global_batch_size {}), and the training data gave {}. Check data.files (an empty "
+              "or unreadable file?), records skipped under data.on_corrupt: skip (logged above), or lower "
+              "train.global_batch_size",
+              epoch + 1, plan_.per_replica_batch_size, plan_.replicas(), plan_.global_batch_size, given);
+}
+
+ReplicaLoop::EpochEnd ReplicaLoop::train_epoch(int64_t epoch, int64_t skip_batches) {
   BatchSource& source = *shared_.setup.train_sources[static_cast<size_t>(rank_)];
   source.start_epoch(epoch);
   Batch batch;
@@ -185,7 +206,9 @@ std::pair<int64_t, bool> ReplicaLoop::train_epoch(int64_t epoch, int64_t skip_ba
     times.input_wait = seconds_since(start) - times.copy;
     comm_->set_step(step_);
     host_comm_->set_step(step_);
-    if (!all_have_batch(have)) {
+    const Vote agreed = vote(have);
+    if (agreed.stop) break;  // the fetched batch is not trained: a resumed run reads it again
+    if (!agreed.all_have_batch) {
       // Not every replica has a full batch: the epoch ends here for all of them.
       if (have) dropped_ += batch.labels.numel();
       int64_t rest = 0;
@@ -215,11 +238,12 @@ std::pair<int64_t, bool> ReplicaLoop::train_epoch(int64_t epoch, int64_t skip_ba
     if (config_.distribute.checksum_every_steps > 0 && step_ % config_.distribute.checksum_every_steps == 0) {
       distribute::verify_parameters(*comm_, *model_, buffers_identical_);
     }
+    // The run's last step is saved here too, before its evaluation (which may fail).
+    if ((config_.checkpoint.every_steps > 0 && step_ % config_.checkpoint.every_steps == 0) || done()) {
+      checkpoint(epoch, batches);
+    }
     if (config_.loop.eval_every_steps > 0 && (step_ % config_.loop.eval_every_steps == 0 || done())) {
       evaluate(step_);
-    }
-    if (config_.checkpoint.every_steps > 0 && step_ % config_.checkpoint.every_steps == 0) {
-      checkpoint(epoch, batches);
     }
   }
   add_phases(timer_->drain(), epoch_times);
@@ -236,7 +260,7 @@ std::pair<int64_t, bool> ReplicaLoop::train_epoch(int64_t epoch, int64_t skip_ba
                    dropped_total);
     }
   }
-  return {batches, completed};
+  return {batches, completed, epoch_steps, dropped_total};
 }
 
 bool ReplicaLoop::timed(int64_t step) const { return step > start_step_ + config_.loop.warmup_steps_for_timing; }

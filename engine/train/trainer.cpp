@@ -112,18 +112,22 @@ Trainer::Trainer(TrainerSetup setup) {
                c.schedule.name);
   s.schedule = std::make_unique<optim::LrSchedule>(c.schedule, c.optimizer.lr, s.setup.plan.global_batch_size,
                                                    std::max<int64_t>(total, 1));
-  std::filesystem::path dir =
-      c.checkpoint.dir.empty() ? s.setup.run_dir / "checkpoints" : std::filesystem::path(c.checkpoint.dir);
-  s.checkpoints = std::make_unique<CheckpointManager>(dir, static_cast<int>(c.checkpoint.keep_last));
+  s.checkpoints =
+      std::make_unique<CheckpointManager>(checkpoint_dir(c, s.setup.run_dir), static_cast<int>(c.checkpoint.keep_last));
   if (auto path = resolve_resume(c.checkpoint.resume, *s.checkpoints)) {
     s.resume = validate_checkpoint(*path);
     spdlog::info("resuming from {} (step {}, epoch {})", path->string(), s.resume->step, s.resume->epoch);
     log_replica_change(*s.resume, s.setup.plan);
+    for (MetricsSink* sink : s.setup.sinks) sink->resume_at(s.resume->step);
   }
   s.positions.resize(static_cast<size_t>(s.setup.plan.replicas()));
 }
 
 Trainer::~Trainer() = default;
+
+std::filesystem::path checkpoint_dir(const TrainConfig& config, const std::filesystem::path& run_dir) {
+  return config.checkpoint.dir.empty() ? run_dir / "checkpoints" : std::filesystem::path(config.checkpoint.dir);
+}
 
 RunSummary Trainer::run() {
   Shared& s = *shared_;

@@ -3,6 +3,7 @@
 // step that each has a full batch, so an uneven shard ends the epoch for all, never a hang.
 #pragma once
 
+#include <atomic>
 #include <filesystem>
 #include <functional>
 #include <memory>
@@ -29,7 +30,14 @@ struct TrainerSetup {
   std::filesystem::path run_dir;
   std::string resolved_config;  // stored in checkpoints
   bool terminal = false;        // progress bar instead of log lines
+  // When it turns non-zero (StopSignals::flag(), or any flag a program sets), every replica stops
+  // after the same step, a checkpoint of that step is saved, and run() returns with
+  // RunSummary::stop_signal set to its value. Null: run to the end.
+  const std::atomic<int>* stop = nullptr;
 };
+
+// Where a run's checkpoints go: checkpoint.dir, or run_dir/checkpoints when it is empty.
+std::filesystem::path checkpoint_dir(const TrainConfig& config, const std::filesystem::path& run_dir);
 
 class Trainer {
  public:

@@ -46,6 +46,10 @@ TEST(TrainerVerbs, InspectExitStatusAndConvertRoundTrip) {
   EXPECT_EQ(run("inspect " + shard + " " + tmp.file("cut.tfrecord"), &out), 1);
   EXPECT_NE(out.find("truncated record at 0"), std::string::npos) << out;
   out.clear();
+  // A missing file is a file that cannot be read (exit 1, as TFRECORD.md says), not a usage error.
+  EXPECT_EQ(run("inspect " + tmp.file("missing.tfrecord"), &out), 1);
+  EXPECT_NE(out.find("cannot open"), std::string::npos) << out;
+  out.clear();
   EXPECT_EQ(run("inspect --dump lots " + shard, &out), 2);
   EXPECT_EQ(run("inspect --compression lz4 " + shard, &out), 2);
   EXPECT_EQ(run("convert --source idx -o " + tmp.file("x"), &out), 2);  // --images and --labels missing

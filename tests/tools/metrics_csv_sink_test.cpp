@@ -122,6 +122,35 @@ TEST(MetricsCsvSinkTest, PartialLastRowOfAKilledRunIsEndedBeforeAppending) {
   EXPECT_THAT(lines[3], ::testing::EndsWith(",3,train/loss,0.5"));
 }
 
+// A run killed after its step-2 checkpoint had flushed rows of steps 3 and 4 (and half a row):
+// the resumed run drops them and writes steps 3 and 4 again, so each step appears once.
+TEST(MetricsCsvSinkTest, ResumeDropsTheRowsPastTheCheckpointStep) {
+  TempDir dir;
+  testing::write_file(dir.path() / "metrics.csv",
+                      "wall_time,step,tag,value\n1.000,1,train/loss,1\n2.000,2,train/loss,0.9\n2.500,2,eval/top1,0.5\n"
+                      "3.000,3,train/loss,0.8\n4.000,4,\"a,b\",0.7\n5.000,4,tra");
+  {
+    MetricsCsvSink sink(dir.path());
+    sink.resume_at(2);
+    sink.scalar("train/loss", 0.75, 3);
+  }
+  std::vector<std::string> lines = split_lines(read_file(dir.path() / "metrics.csv"));
+  ASSERT_EQ(lines.size(), 5u) << read_file(dir.path() / "metrics.csv");
+  EXPECT_EQ(lines[0], "wall_time,step,tag,value");
+  EXPECT_EQ(lines[1], "1.000,1,train/loss,1");
+  EXPECT_EQ(lines[3], "2.500,2,eval/top1,0.5");
+  EXPECT_THAT(lines[4], ::testing::EndsWith(",3,train/loss,0.75"));
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "metrics.csv.tmp"));
+}
+
+TEST(MetricsCsvSinkTest, StepOfARow) {
+  EXPECT_EQ(metrics_csv_step("1.000,12,train/loss,1"), 12);
+  EXPECT_EQ(metrics_csv_step("1.000,12,\"a,b\",1"), 12);
+  EXPECT_EQ(metrics_csv_step("2.000,1"), std::nullopt);  // cut by a kill
+  EXPECT_EQ(metrics_csv_step("2.000,x1,t,1"), std::nullopt);
+  EXPECT_EQ(metrics_csv_step(""), std::nullopt);
+}
+
 TEST(MetricsCsvSinkTest, RowsReachTheFileAtFlushOrWhenTheIntervalHasPassed) {
   TempDir dir;
   MetricsCsvSink slow(dir.path(), 3600);

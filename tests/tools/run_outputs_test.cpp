@@ -41,6 +41,7 @@ train::RunSummary sample_summary() {
   s.device = "cpu";
   s.dropped_examples = 96;
   s.wall_time_s = 812.5;
+  s.stop_signal = 15;
   return s;
 }
 
@@ -79,7 +80,8 @@ TEST(RunSummaryTest, EveryFieldReadsBack) {
   EXPECT_EQ(j.at("epochs").get<int64_t>(), 3);
   EXPECT_EQ(j.at("dropped_examples").get<int64_t>(), 96);
   EXPECT_EQ(j.at("wall_time_s").get<double>(), 812.5);
-  EXPECT_EQ(j.size(), 14u) << j.dump(2);
+  EXPECT_EQ(j.at("stop_signal").get<int>(), 15);
+  EXPECT_EQ(j.size(), 15u) << j.dump(2);
 }
 
 TEST(RunSummaryTest, MetricsNotMeasuredAreLeftOutAndNaNIsNull) {

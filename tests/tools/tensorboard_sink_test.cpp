@@ -153,6 +153,30 @@ TEST(TensorBoardSinkTest, WireFormatUsesTensorFlowsFieldNumbers) {
   EXPECT_EQ(version.SerializeAsString(), expected_version);
 }
 
+// TensorBoard drops what it holds for steps >= a SessionLog START's step: a resumed run marks
+// the step after its checkpoint so a killed run's later points are not drawn twice.
+TEST(TensorBoardSinkTest, ResumeWritesASessionStartAfterTheCheckpointStep) {
+  TempDir dir;
+  std::filesystem::path path;
+  {
+    TensorBoardSink sink(dir.path());
+    path = sink.path();
+    sink.resume_at(40);
+    sink.scalar("train/loss", 0.5, 41);
+  }
+  std::vector<tensorflow::Event> events = read_events(path);
+  ASSERT_EQ(events.size(), 3u);
+  ASSERT_TRUE(events[1].has_session_log());
+  EXPECT_EQ(events[1].session_log().status(), tensorflow::SessionLog::START);
+  EXPECT_EQ(events[1].step(), 41);
+  EXPECT_GT(events[1].wall_time(), 0.0);
+  // TensorFlow's field numbers: session_log = 7 (length-delimited), status = 1 (varint START = 1).
+  tensorflow::Event start;
+  start.set_step(41);
+  start.mutable_session_log()->set_status(tensorflow::SessionLog::START);
+  EXPECT_EQ(start.SerializeAsString(), std::string("\x10\x29\x3a\x02\x08\x01", 6));
+}
+
 TEST(TensorBoardSinkTest, TwoSinksStartedInTheSameSecondWriteTwoFiles) {
   TempDir dir;
   TensorBoardSink a(dir.path());

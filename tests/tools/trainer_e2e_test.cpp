@@ -11,30 +11,15 @@
 #include <map>
 #include <sstream>
 
-#include "data/convert/convert.h"
+#include "tests/tools/trainer_cli_test_util.h"
 
 namespace tandem::tools {
 namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kTrainer = std::string(TANDEM_BINARY_DIR) + "/tools/trainer";
-const std::string kImages = "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz";
-const std::string kLabels = "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz";
-
-// The first `count` items of another source.
-class Subset final : public data::ConvertSource {
- public:
-  Subset(std::unique_ptr<data::ConvertSource> all, size_t count) : all_(std::move(all)), count_(count) {}
-  size_t size() const override { return count_; }
-  std::string record(size_t i) const override { return all_->record(i); }
-  int64_t label(size_t i) const override { return all_->label(i); }
-  uint64_t estimated_bytes() const override { return all_->estimated_bytes() / all_->size() * count_; }
-
- private:
-  std::unique_ptr<data::ConvertSource> all_;
-  size_t count_;
-};
+using testing::cli_skip_reason;
+using testing::kTrainer;
 
 // train/loss values of metrics.csv (wall_time,step,tag,value), in order.
 std::vector<double> losses(const fs::path& csv) {
@@ -51,28 +36,11 @@ std::vector<double> losses(const fs::path& csv) {
 }
 
 TEST(TrainerEndToEnd, SmallRealSubsetLowersTheLoss) {
-  if (!fs::exists(kTrainer)) GTEST_SKIP() << "the trainer binary is not built: " << kTrainer;
-  if (!fs::exists(kImages)) GTEST_SKIP() << "dataset-fashion-mnist is not installed: " << kImages;
+  if (std::string reason = cli_skip_reason(); !reason.empty()) GTEST_SKIP() << reason;
   fs::path dir = fs::temp_directory_path() / fmt::format("tandem-e2e-{}", getpid());
   fs::remove_all(dir);
-  data::ConvertOptions options;
-  options.output_dir = (dir / "tfrecords").string();
-  options.prefix = "train";
-  options.min_shards = 2;
-  data::convert(Subset(data::open_idx_source(kImages, kLabels), 1024), options);
-
-  std::ofstream(dir / "run.yaml") << fmt::format(R"(seed: 3
-device: cpu
-model: {{name: small_cnn, num_classes: 10, in_channels: 1, input_size: 28, channels_last: true}}
-data:
-  files: {}/tfrecords/train-*.tfrecord
-  image: {{format: raw, raw_shape: [28, 28, 1], channels: 1, height: 0, width: 0, normalize: true,
-          mean: [0.286, 0.286, 0.286], std: [0.353, 0.353, 0.353],
-          augment: {{random_resized_crop: false, horizontal_flip: false}}}}
-train: {{global_batch_size: 32, epochs: 2, log_every_steps: 8}}
-optimizer: {{name: sgd, lr: 0.05, momentum: 0.9}}
-)",
-                                                 dir.string());
+  testing::write_fashion_tfrecords(dir, 1024);
+  std::ofstream(dir / "run.yaml") << testing::fashion_config(dir, "{global_batch_size: 32, epochs: 2, log_every_steps: 8}");
   std::string command = fmt::format("{} --config {} --run-dir {} > {} 2>&1", kTrainer, (dir / "run.yaml").string(),
                                     (dir / "run").string(), (dir / "log.txt").string());
   ASSERT_EQ(std::system(command.c_str()), 0) << "trainer failed; see " << (dir / "log.txt").string();

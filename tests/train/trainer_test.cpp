@@ -9,6 +9,7 @@
 #include <mutex>
 #include <thread>
 
+#include "engine/train/checkpoint.h"
 #include "engine/train/trainer.h"
 #include "models/registry.h"
 
@@ -94,7 +95,7 @@ TrainConfig base_config(const std::filesystem::path& dir) {
 
 // Builds the setup for `replicas` CPU replicas; source(r) makes replica r's training source.
 TrainedRun train(TrainConfig config, int replicas, const std::function<std::unique_ptr<BatchSource>(int)>& source,
-          std::vector<std::unique_ptr<BatchSource>> eval = {}) {
+          std::vector<std::unique_ptr<BatchSource>> eval = {}, const std::atomic<int>* stop = nullptr) {
   TrainerSetup setup;
   setup.config = config;
   setup.plan = distribute::plan_replicas({.device = "cpu", .devices = fmt::format("cpu:{}", replicas),
@@ -112,6 +113,7 @@ TrainedRun train(TrainConfig config, int replicas, const std::function<std::uniq
   for (int r = 0; r < replicas; ++r) setup.train_sources.push_back(source(r));
   setup.eval_sources = std::move(eval);
   setup.run_dir = config.output.run_dir;
+  setup.stop = stop;
   Trainer trainer(std::move(setup));
   TrainedRun run;
   run.summary = trainer.run();
@@ -313,6 +315,92 @@ TEST_F(TrainerTest, AStalledReplicaIsNamedByTheWatchdog) {
     EXPECT_NE(std::string(e.what()).find("replica 1"), std::string::npos) << e.what();
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+// Too few examples for one global batch, or none: the epoch gives no step. With train.steps that
+// used to repeat empty epochs forever; with epochs it ended "successfully" having trained nothing.
+TEST_F(TrainerTest, AnEpochWithoutAStepIsAnErrorNotAHang) {
+  Dataset tiny = make_dataset(5);  // global batch 8
+  for (int64_t steps : {int64_t{0}, int64_t{100}}) {
+    TrainConfig c = base_config(dir_);
+    c.loop.steps = steps;
+    auto start = std::chrono::steady_clock::now();
+    try {
+      train(c, 2, [&](int r) { return std::make_unique<SliceSource>(tiny, r, 2, 4); });
+      FAIL() << "an epoch without a step must stop the run (steps " << steps << ")";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kFailedPrecondition) << e.what();
+      const std::string what = e.what();
+      EXPECT_NE(what.find("epoch 1 gave no training step"), std::string::npos) << what;
+      EXPECT_NE(what.find("a full batch of 4 example(s) on each of the 2 replica(s)"), std::string::npos) << what;
+      EXPECT_NE(what.find("train.global_batch_size"), std::string::npos) << what;
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+  }
+}
+
+// Sets the stop flag (as SIGTERM's handler would) when replica `who` fetches its batch `at`.
+class StoppingSource : public SliceSource {
+ public:
+  StoppingSource(const Dataset& d, int rank, std::atomic<int>& stop, int who, int at)
+      : SliceSource(d, rank, 2, 4), stop_(stop), who_(who), at_(at), rank_(rank) {}
+  bool next(Batch& batch) override {
+    if (rank_ == who_ && ++calls_ == at_) stop_.store(15);
+    return SliceSource::next(batch);
+  }
+
+ private:
+  std::atomic<int>& stop_;
+  int who_, at_, rank_;
+  int calls_ = 0;
+};
+
+TEST_F(TrainerTest, AStopRequestEndsEveryReplicaAfterTheSameStepWithACheckpoint) {
+  TrainConfig c = base_config(dir_);
+  c.deterministic = true;
+  c.loop.epochs = 2;  // 8 steps an epoch
+  auto plain = [&](int r) { return std::make_unique<SliceSource>(data_, r, 2, 4); };
+  TrainedRun straight = train(c, 2, plain);
+
+  // Replica 1 sees the request while fetching epoch 2's second batch (its 12th call: an epoch is
+  // 8 batches, the call that finds the end, and the one that drains the rest): nobody trains it.
+  TrainConfig first = c;
+  first.checkpoint.dir = (dir_ / "stopped").string();
+  std::atomic<int> stop{0};
+  TrainedRun stopped = train(
+      first, 2, [&](int r) { return std::make_unique<StoppingSource>(data_, r, stop, 1, 12); }, {}, &stop);
+  EXPECT_EQ(stopped.summary.stop_signal, 15);
+  EXPECT_EQ(stopped.summary.steps, 9);
+  auto latest = CheckpointManager(first.checkpoint.dir, 0).latest();
+  ASSERT_TRUE(latest.has_value());
+  EXPECT_EQ(latest->filename().string(), "step-00000009");
+
+  // Resumed, the run ends where one that was never stopped ends, bit for bit.
+  TrainConfig again = first;
+  again.checkpoint.resume = "auto";
+  TrainedRun resumed = train(again, 2, plain);
+  EXPECT_EQ(resumed.summary.stop_signal, 0);
+  EXPECT_EQ(resumed.summary.steps, straight.summary.steps);
+  EXPECT_EQ(resumed.weights, straight.weights);
+}
+
+class ThrowingEvalSource : public SliceSource {
+ public:
+  using SliceSource::SliceSource;
+  bool next(Batch&) override { throw_error(ErrorCode::kInvalidArgument, "label 11 out of range in eval.tfrecord"); }
+};
+
+TEST_F(TrainerTest, AFailingEvaluationKeepsTheEpochsCheckpoint) {
+  TrainConfig c = base_config(dir_);
+  c.loop.epochs = 1;
+  std::vector<std::unique_ptr<BatchSource>> eval;
+  eval.push_back(std::make_unique<ThrowingEvalSource>(data_, 0, 1, 8));
+  EXPECT_THROW(train(c, 1, [&](int r) { return std::make_unique<SliceSource>(data_, r, 1, 8); }, std::move(eval)),
+               Error);
+  CheckpointManager checkpoints(c.checkpoint.dir, 0);
+  auto latest = checkpoints.latest();
+  ASSERT_TRUE(latest.has_value()) << "the epoch's 8 steps were trained and must be saved before evaluating";
+  EXPECT_EQ(latest->filename().string(), "step-00000008");
 }
 
 }  // namespace

@@ -53,7 +53,7 @@ int run_inspect(const InspectArgs& args) {
 void add_inspect_verb(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<InspectArgs>();
   CLI::App* verb = app.add_subcommand("inspect", "Show what TFRecord files hold and check that they are intact");
-  verb->add_option("files", args->files, "TFRecord files")->required()->check(CLI::ExistingFile);
+  verb->add_option("files", args->files, "TFRecord files")->required();  // a missing one is reported, exit 1
   verb->add_option("--compression", args->compression, "auto, none, gzip or zlib (auto reads the magic bytes)")
       ->check(CLI::IsMember({"auto", "none", "gzip", "zlib"}));
   verb->add_flag("--verify", args->verify, "Also count a record that is not a tf.Example/SequenceExample as damage");

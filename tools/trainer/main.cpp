@@ -1,11 +1,13 @@
 // The `trainer` binary: `trainer --config FILE` trains; verbs (doctor, inspect, convert, eval,
 // bench-input, ...) do the rest.
 // This is the only place that catches tandem::Error, prints it and picks the exit code:
-// 0 success, 1 a failure the message explains, 2 a usage error.
+// 0 success, 1 a failure the message explains, 2 a usage error; a run stopped by SIGINT or
+// SIGTERM (after saving a checkpoint) exits with 128 + the signal's number, 130 or 143.
 #include <CLI/CLI.hpp>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <csignal>
 #include <cstdio>
 #include <string>
 
@@ -13,6 +15,9 @@
 #include "tools/trainer/verbs.h"
 
 int main(int argc, char** argv) {
+  // A write past the file-size limit (ulimit -f) then fails with EFBIG, which the writers report as
+  // ResourceExhausted keeping every earlier checkpoint, instead of SIGXFSZ killing the process.
+  std::signal(SIGXFSZ, SIG_IGN);
   // Logs go to stderr, so stdout carries only a verb's output (`--json` documents stay parseable).
   spdlog::set_default_logger(spdlog::stderr_color_mt("tandem"));
   CLI::App app{"Tandem: mirrored data-parallel training on 1 to 8 GPUs (or the CPU)", "trainer"};

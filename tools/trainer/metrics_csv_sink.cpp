@@ -7,10 +7,14 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <charconv>
 #include <cerrno>
+#include <optional>
 #include <system_error>
+#include <vector>
 
 #include "engine/core/error.h"
+#include "engine/train/checkpoint_posix.h"
 
 namespace tandem::tools {
 namespace {
@@ -66,7 +70,44 @@ std::string csv_field(std::string_view text) {
   return out + '"';
 }
 
+// Every line after the header (without newlines; an empty last piece left out).
+std::vector<std::string> rows_after_header(int fd, const std::filesystem::path& path) {
+  off_t size = ::lseek(fd, 0, SEEK_END);
+  if (size < 0) throw_errno("lseek", path, errno);
+  std::string text(static_cast<size_t>(size), '\0');
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::pread(fd, text.data() + done, text.size() - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw_errno("read", path, errno);
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  text.resize(done);
+  std::vector<std::string> rows;
+  size_t start = text.find('\n');
+  while (start != std::string::npos && start + 1 < text.size()) {
+    size_t end = text.find('\n', start + 1);
+    rows.push_back(text.substr(start + 1, end == std::string::npos ? std::string::npos : end - start - 1));
+    start = end;
+  }
+  return rows;
+}
+
 }  // namespace
+
+std::optional<int64_t> metrics_csv_step(std::string_view row) {
+  const size_t first = row.find(',');
+  if (first == std::string_view::npos) return std::nullopt;
+  const size_t second = row.find(',', first + 1);
+  if (second == std::string_view::npos) return std::nullopt;
+  int64_t step = 0;
+  const char* begin = row.data() + first + 1;
+  const char* end = row.data() + second;
+  auto [ptr, ec] = std::from_chars(begin, end, step);
+  if (ec != std::errc() || ptr != end) return std::nullopt;
+  return step;
+}
 
 std::string metrics_csv_row(double wall_time, int64_t step, std::string_view tag, double value) {
   // Milliseconds are plenty for a wall clock; fmt's "{}" is the shortest exact form of a double.
@@ -80,10 +121,7 @@ MetricsCsvSink::MetricsCsvSink(const std::filesystem::path& run_dir, double flus
       last_flush_(std::chrono::steady_clock::now()) {
   TANDEM_CHECK(flush_every_s >= 0, ErrorCode::kInvalidArgument, "MetricsCsvSink: flush interval {} s is negative",
                flush_every_s);
-  do {
-    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  } while (fd_ < 0 && errno == EINTR);
-  if (fd_ < 0) throw_errno("open for appending", path_, errno);
+  open_for_appending();
   std::string line = first_line(fd_, path_);
   if (line.empty()) {
     write_all(fd_, fmt::format("{}\n", kMetricsCsvHeader), path_);
@@ -98,6 +136,13 @@ MetricsCsvSink::MetricsCsvSink(const std::filesystem::path& run_dir, double flus
                 "directory (--run-dir) or move the file away",
                 path_.string(), kMetricsCsvHeader, line.substr(0, 80));
   }
+}
+
+void MetricsCsvSink::open_for_appending() {
+  do {
+    fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  } while (fd_ < 0 && errno == EINTR);
+  if (fd_ < 0) throw_errno("open for appending", path_, errno);
 }
 
 MetricsCsvSink::~MetricsCsvSink() {
@@ -128,6 +173,29 @@ void MetricsCsvSink::flush_locked() {
   pending_.clear();
   last_flush_ = std::chrono::steady_clock::now();
   write_all(fd_, rows, path_);
+}
+
+void MetricsCsvSink::resume_at(int64_t step) {
+  std::lock_guard lock(mutex_);
+  TANDEM_CHECK(fd_ >= 0, ErrorCode::kFailedPrecondition, "'{}' is closed", path_.string());
+  flush_locked();
+  std::string kept, dropped_steps;
+  int64_t dropped = 0;
+  for (const std::string& row : rows_after_header(fd_, path_)) {
+    std::optional<int64_t> row_step = metrics_csv_step(row);
+    if (row_step && *row_step <= step) {
+      kept += row + "\n";
+    } else {
+      ++dropped;
+    }
+  }
+  if (dropped == 0) return;
+  train::posix::write_file_atomically(path_, fmt::format("{}\n{}", kMetricsCsvHeader, kept));
+  ::close(fd_);
+  fd_ = -1;
+  open_for_appending();
+  spdlog::info("{}: {} row(s) past step {} removed; the resumed run writes those steps again", path_.string(),
+               dropped, step);
 }
 
 void MetricsCsvSink::close() {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -29,12 +30,16 @@ class MetricsCsvSink final : public train::MetricsSink {
 
   void scalar(const std::string& tag, double value, int64_t step) override;
   void flush() override;
+  // Rewrites the file without the rows of steps after `step` (atomically: a temporary sibling,
+  // fsync, rename), so the resumed run's rows for those steps are the only ones.
+  void resume_at(int64_t step) override;
   void close();  // flushes and closes, reporting any error
 
   const std::filesystem::path& path() const { return path_; }
 
  private:
   void flush_locked();
+  void open_for_appending();
 
   std::filesystem::path path_;
   int fd_ = -1;
@@ -47,5 +52,8 @@ class MetricsCsvSink final : public train::MetricsSink {
 // One CSV row (with its newline): the tag quoted as RFC 4180 says when it holds a comma, a quote
 // or a line break; numbers in the shortest form that reads back to the same double.
 std::string metrics_csv_row(double wall_time, int64_t step, std::string_view tag, double value);
+// The step of a row (its second field), or nullopt when the row is not one of ours (a partial row
+// a kill left behind, say).
+std::optional<int64_t> metrics_csv_step(std::string_view row);
 
 }  // namespace tandem::tools

@@ -91,26 +91,14 @@ nlohmann::json run_summary_json(const train::RunSummary& s) {
       {"epochs", s.epochs},
       {"dropped_examples", s.dropped_examples},
       {"wall_time_s", s.wall_time_s},
+      {"stop_signal", s.stop_signal},
   };
 }
 
 void write_run_summary(const std::filesystem::path& path, const train::RunSummary& summary) {
   // NaN (a diverged loss) becomes null rather than text no JSON parser accepts.
   std::string text = run_summary_json(summary).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-  std::filesystem::path tmp = path;
-  tmp += ".tmp";
-  try {
-    train::posix::File file = train::posix::File::create(tmp);
-    file.write_all(text.data(), text.size());
-    file.sync();
-    file.close();
-    train::posix::rename_path(tmp, path);
-  } catch (...) {
-    train::fs::remove_all_noexcept(tmp);
-    throw;
-  }
-  std::filesystem::path dir = path.parent_path();
-  train::posix::sync_directory(dir.empty() ? std::filesystem::path(".") : dir);
+  train::posix::write_file_atomically(path, text);
 }
 
 }  // namespace tandem::tools

@@ -91,6 +91,18 @@ void TensorBoardSink::scalar(const std::string& tag, double value, int64_t step)
   }
 }
 
+void TensorBoardSink::resume_at(int64_t step) {
+  tensorflow::Event event;
+  event.set_wall_time(wall_time_now());
+  event.set_step(step + 1);
+  event.mutable_session_log()->set_status(tensorflow::SessionLog::START);
+  std::string serialized = event.SerializeAsString();
+  std::lock_guard lock(mutex_);
+  write_event(serialized);
+  writer_->flush();
+  last_flush_ = std::chrono::steady_clock::now();
+}
+
 void TensorBoardSink::flush() {
   std::lock_guard lock(mutex_);
   TANDEM_CHECK(writer_ != nullptr, ErrorCode::kFailedPrecondition, "TensorBoard event file {} is closed",

@@ -31,6 +31,9 @@ class TensorBoardSink final : public train::MetricsSink {
   // scalars as float32, so the value is rounded to float here.
   void scalar(const std::string& tag, double value, int64_t step) override;
   void flush() override;
+  // Writes a SessionLog START event at step + 1 and flushes: TensorBoard then drops what it holds
+  // for later steps (a stopped run's rows past its checkpoint), which the resumed run writes again.
+  void resume_at(int64_t step) override;
   // Flushes and closes the file, reporting any error; later calls throw FailedPrecondition.
   void close();
 

@@ -40,14 +40,24 @@ std::vector<std::unique_ptr<train::BatchSource>> make_sources(data::PipelineConf
   data::ReplicaPipelines pipelines = data::build_replica_pipelines(config, plan.replicas());
   std::vector<std::unique_ptr<train::BatchSource>> sources;
   int64_t fewest = INT64_MAX;
+  int fewest_rank = 0;
   for (int r = 0; r < plan.replicas(); ++r) {
     sources.push_back(std::make_unique<PipelineBatchSource>(pipelines.datasets[static_cast<size_t>(r)],
                                                             train.model.channels_last, pipelines.budget));
-    fewest = std::min(fewest, pipelines.plan.replicas[static_cast<size_t>(r)].expected_records);
+    const int64_t expected = pipelines.plan.replicas[static_cast<size_t>(r)].expected_records;
+    if (expected < fewest) {
+      fewest = expected;
+      fewest_rank = r;
+    }
   }
-  if (steps_per_epoch != nullptr && fewest >= 0 && fewest != INT64_MAX) {
-    *steps_per_epoch = fewest / plan.per_replica_batch_size;
-  }
+  if (steps_per_epoch == nullptr || fewest < 0 || fewest == INT64_MAX) return sources;
+  // Counted: say now, not after an epoch of nothing, when no epoch can give a step.
+  TANDEM_CHECK(!config.drop_remainder || fewest >= plan.per_replica_batch_size, ErrorCode::kFailedPrecondition,
+               "data: replica {} gets {} record(s) per epoch, but a step needs a full batch of {} on each of the {} "
+               "replica(s) (train.global_batch_size {}), so no epoch would give a training step: lower "
+               "train.global_batch_size, or add records to data.files",
+               fewest_rank, fewest, plan.per_replica_batch_size, plan.replicas(), plan.global_batch_size);
+  *steps_per_epoch = fewest / plan.per_replica_batch_size;
   return sources;
 }
 

@@ -3,8 +3,12 @@
 // trains and leaves the resolved config, metrics, events, checkpoints and run_summary.json.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <fstream>
+#include <optional>
 
+#include "engine/train/run_lock.h"
+#include "engine/train/stop_signals.h"
 #include "tools/trainer/metrics_csv_sink.h"
 #include "tools/trainer/prepare_data.h"
 #include "tools/trainer/run_outputs.h"
@@ -35,6 +39,14 @@ void print_summary(const train::RunSummary& s, const std::filesystem::path& run_
   spdlog::info("outputs in {}", run_dir.string());
 }
 
+// Whether path lies in dir (or is dir), comparing absolute, normalised paths.
+bool is_within(const std::filesystem::path& path, const std::filesystem::path& dir) {
+  const std::filesystem::path p = std::filesystem::absolute(path).lexically_normal();
+  const std::filesystem::path d = std::filesystem::absolute(dir).lexically_normal();
+  auto [end, ignored] = std::mismatch(d.begin(), d.end(), p.begin(), p.end());
+  return end == d.end();
+}
+
 int run_training(const TrainArgs& args) {
   RunConfig config = load_run_config(args.config, args.overrides);
   distribute::ReplicaPlan plan = plan_for(config.train);
@@ -42,6 +54,11 @@ int run_training(const TrainArgs& args) {
   if (!plan.fallback_warning.empty()) spdlog::warn("{}", plan.fallback_warning);
   std::filesystem::path run_dir =
       make_run_dir(config.path, args.run_dir.empty() ? config.train.output.run_dir : args.run_dir);
+  // Before anything is written there: a second trainer on this directory stops here.
+  train::RunDirectoryLock run_lock(run_dir);
+  std::optional<train::RunDirectoryLock> checkpoint_lock;
+  const std::filesystem::path checkpoints = train::checkpoint_dir(config.train, run_dir);
+  if (!is_within(checkpoints, run_dir)) checkpoint_lock.emplace(checkpoints);
   write_text(run_dir / "config.yaml", config.resolved_yaml + "\n");
   ensure_data(config);
   train::TrainerSetup setup = make_trainer_setup(config, plan, run_dir);
@@ -50,12 +67,19 @@ int run_training(const TrainArgs& args) {
   if (config.train.output.tensorboard) setup.sinks.push_back((events = std::make_unique<TensorBoardSink>(run_dir)).get());
   if (config.train.output.metrics_csv) setup.sinks.push_back((csv = std::make_unique<MetricsCsvSink>(run_dir)).get());
   auto start = std::chrono::steady_clock::now();
+  train::StopSignals signals;  // the first SIGINT/SIGTERM stops after the step, with a checkpoint
+  setup.stop = &signals.flag();
   train::Trainer trainer(std::move(setup));
   train::RunSummary summary = trainer.run();
   summary.wall_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   write_run_summary(run_dir / "run_summary.json", summary);
   print_summary(summary, run_dir);
-  return 0;
+  if (summary.stop_signal == 0) return 0;
+  spdlog::warn("stopped by signal {} after step {}; the checkpoint of that step is in {}. Resume with: trainer "
+               "--config {} --run-dir {} --set checkpoint.resume=auto",
+               summary.stop_signal, summary.steps, checkpoints.string(), args.config,
+               run_dir.string());
+  return 128 + summary.stop_signal;  // as a shell reports a process the signal ended: 130, 143
 }
 
 }  // namespace

@@ -1,0 +1,23 @@
+// Stopping a run cleanly on SIGINT or SIGTERM (Slurm and Kubernetes send SIGTERM some seconds
+// before SIGKILL): the first signal asks the trainer to finish its step, save a checkpoint and
+// return; a second one takes the signal's default action (the process dies at once).
+#pragma once
+
+#include <atomic>
+
+namespace tandem::train {
+
+// Installs the handlers of SIGINT and SIGTERM for the object's lifetime (one at a time per
+// process) and restores the previous ones afterwards.
+class StopSignals {
+ public:
+  StopSignals();
+  ~StopSignals();
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+  // What TrainerSetup::stop points at: 0, or the number of the first signal received.
+  const std::atomic<int>& flag() const;
+};
+
+}  // namespace tandem::train

@@ -1,0 +1,38 @@
+// Running the built `trainer` binary as a user does, on a small real subset of Fashion-MNIST
+// (Debian's dataset-fashion-mnist converted here to TFRecords): shared by the end-to-end tests.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <filesystem>
+#include <string>
+
+namespace tandem::tools::testing {
+
+extern const std::string kTrainer;
+
+// Empty when the trainer binary and the dataset are there; else why the test must skip.
+std::string cli_skip_reason();
+
+// dir/tfrecords/train-*.tfrecord: the first `count` test images of Fashion-MNIST, 2 shards.
+void write_fashion_tfrecords(const std::filesystem::path& dir, size_t count);
+
+// A run config over those records (small_cnn, 28x28 raw images); `train` is the YAML flow
+// mapping of the train section, e.g. "{global_batch_size: 32, epochs: 2}".
+std::string fashion_config(const std::filesystem::path& dir, const std::string& train);
+
+// Runs `trainer ARGS` through the shell with stdout and stderr into log; returns the exit status
+// (-1 when killed by a signal).
+int run_trainer(const std::string& args, const std::filesystem::path& log);
+
+// Starts `trainer ARGS` in the background with stdout and stderr into log; returns its pid.
+pid_t start_trainer(const std::string& args, const std::filesystem::path& log);
+// Waits for it; the exit status, or 128 + the signal that ended it.
+int wait_trainer(pid_t pid);
+// Waits (up to timeout_s) until the log file contains text; false on timeout.
+bool wait_for_log(const std::filesystem::path& log, const std::string& text, double timeout_s);
+
+std::string read_text(const std::filesystem::path& path);
+
+}  // namespace tandem::tools::testing
