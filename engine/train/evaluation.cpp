@@ -6,6 +6,7 @@
 
 #include "engine/autograd/ops.h"
 #include "engine/distribute/replica_sync.h"
+#include "engine/train/batch_check.h"
 #include "engine/train/replica.h"
 
 namespace tandem::train {
@@ -27,14 +28,16 @@ int64_t count_top_k(const Tensor& logits, const Tensor& labels, int k) {
   return correct;
 }
 
-EvalSums evaluate_pass(ExecutionContext& ctx, nn::Module& model, BatchSource& source, float label_smoothing) {
+EvalSums evaluate_pass(ExecutionContext& ctx, nn::Module& model, BatchSource& source, float label_smoothing,
+                       const ModelConfig* expect) {
   bool was_training = model.is_training();
   model.eval();
   EvalSums sums;
   autograd::NoGradGuard no_grad;
   source.start_epoch(0);
   Batch batch;
-  while (source.next(batch)) {
+  for (bool first = true; source.next(batch); first = false) {
+    if (first && expect != nullptr) check_batch_matches_model(batch, *expect, "evaluation data");
     autograd::Variable logits = model.forward(ctx, autograd::Variable(batch.x));
     autograd::Variable per_example = autograd::softmax_cross_entropy(ctx, logits, batch.labels, label_smoothing);
     for (float v : per_example.value().to_vector()) sums.loss += v;
@@ -49,7 +52,8 @@ EvalSums evaluate_pass(ExecutionContext& ctx, nn::Module& model, BatchSource& so
 void ReplicaLoop::evaluate(int64_t step) {
   auto& sources = shared_.setup.eval_sources;
   if (sources.empty()) return;
-  EvalSums mine = evaluate_pass(*ctx_, *model_, *sources[static_cast<size_t>(rank_)], config_.loop.label_smoothing);
+  EvalSums mine = evaluate_pass(*ctx_, *model_, *sources[static_cast<size_t>(rank_)], config_.loop.label_smoothing,
+                                &config_.model);
   double loss = mine.loss, top1 = mine.top1, top5 = mine.top5, count = mine.examples;
   // Each replica evaluated a different shard; the sums over replicas are the whole set's.
   Tensor sums = Tensor::from_vector({static_cast<float>(loss), static_cast<float>(top1), static_cast<float>(top5),

@@ -7,6 +7,7 @@
 #include "engine/core/tensor.h"
 #include "engine/nn/module.h"
 #include "engine/train/batch_source.h"
+#include "engine/train/config.h"
 
 namespace tandem::train {
 
@@ -17,7 +18,9 @@ struct EvalSums {
 
 // One pass over source (its epoch 0) in eval mode without gradients; the model is left in
 // training mode afterwards when it was in it before.
-EvalSums evaluate_pass(ExecutionContext& ctx, nn::Module& model, BatchSource& source, float label_smoothing);
+// With `expect`, the first batch is checked against the model's configured input (batch_check.h).
+EvalSums evaluate_pass(ExecutionContext& ctx, nn::Module& model, BatchSource& source, float label_smoothing,
+                       const ModelConfig* expect = nullptr);
 
 // (N, K) logits, (N) i64 labels: how many rows have their label among the k largest logits.
 int64_t count_top_k(const Tensor& logits, const Tensor& labels, int k);

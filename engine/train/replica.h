@@ -124,6 +124,7 @@ class ReplicaLoop {
   double timed_seconds_ = 0;
   double interval_input_ = 0, interval_total_ = 0;  // for the progress line's input-wait share
   int64_t dropped_ = 0;
+  bool input_checked_ = false;  // the first batch matched the model's configured input
   int stop_signal_ = 0;  // the stop request every replica agreed on (0: none)
   bool buffers_identical_ = false;  // BatchNorm statistics equal across replicas (1 replica, or synchronised)
 };

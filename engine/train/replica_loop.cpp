@@ -9,6 +9,7 @@
 #include "engine/backend/ops.h"
 #include "engine/distribute/replica_sync.h"
 #include "engine/distribute/sync_batchnorm.h"
+#include "engine/train/batch_check.h"
 #include "engine/nn/init.h"
 #include "engine/train/evaluation.h"
 #include "engine/train/replica.h"
@@ -206,6 +207,10 @@ ReplicaLoop::EpochEnd ReplicaLoop::train_epoch(int64_t epoch, int64_t skip_batch
     times.input_wait = seconds_since(start) - times.copy;
     comm_->set_step(step_);
     host_comm_->set_step(step_);
+    if (have && !input_checked_) {
+      check_batch_matches_model(batch, config_.model, "training data");
+      input_checked_ = true;
+    }
     const Vote agreed = vote(have);
     if (agreed.stop) break;  // the fetched batch is not trained: a resumed run reads it again
     if (!agreed.all_have_batch) {

@@ -384,6 +384,19 @@ TEST_F(TrainerTest, AStopRequestEndsEveryReplicaAfterTheSameStepWithACheckpoint)
   EXPECT_EQ(resumed.weights, straight.weights);
 }
 
+TEST_F(TrainerTest, ImagesOfAnotherSizeThanTheModelsAreRefusedBeforeTheFirstStep) {
+  TrainConfig c = base_config(dir_);
+  c.model.input_size = 8;  // the data is 6 x 6
+  try {
+    train(c, 2, [&](int r) { return std::make_unique<SliceSource>(data_, r, 2, 4); });
+    FAIL() << "6x6 images for a model configured for 8x8";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+    EXPECT_NE(std::string(e.what()).find("images of 1 channel(s) x 6 x 6"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("model.input_size 8"), std::string::npos) << e.what();
+  }
+}
+
 class ThrowingEvalSource : public SliceSource {
  public:
   using SliceSource::SliceSource;

@@ -33,7 +33,7 @@ int run_eval(const EvalArgs& args) {
   train::CheckpointMeta meta = train::CheckpointManager::load(args.checkpoint, *model, nullptr);
   auto sources = make_sources(config.eval_data.value_or(config.data), plan, c, true, nullptr);
   ExecutionContext ctx(Device::cpu(), plan.threads_per_replica, c.seed);
-  train::EvalSums s = train::evaluate_pass(ctx, *model, *sources.front(), c.loop.label_smoothing);
+  train::EvalSums s = train::evaluate_pass(ctx, *model, *sources.front(), c.loop.label_smoothing, &c.model);
   TANDEM_CHECK(s.examples > 0, ErrorCode::kFailedPrecondition, "eval: the evaluation data yielded no examples");
   nlohmann::json out = {{"checkpoint", args.checkpoint}, {"step", meta.step},
                         {"examples", static_cast<int64_t>(s.examples)}, {"loss", s.loss / s.examples},
