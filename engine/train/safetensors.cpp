@@ -9,6 +9,7 @@
 #include <array>
 #include <bit>
 
+#include "engine/core/checksum.h"
 #include "engine/train/checkpoint_json.h"
 #include "engine/train/checkpoint_posix.h"
 
@@ -21,6 +22,8 @@ static_assert(std::endian::native == std::endian::little, "safetensors data is l
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 constexpr uint64_t kHeaderAlignment = 8;
 constexpr std::string_view kMetadataKey = "__metadata__";
+// __metadata__ key of a tensor's CRC32C (8 hex digits): other readers ignore it, ours verifies it.
+constexpr std::string_view kCrcKeyPrefix = "tandem.crc32c.";
 
 struct DTypeName {
   DType dtype;
@@ -225,6 +228,19 @@ std::string make_header(const std::vector<std::pair<const std::string*, const Te
   return text;
 }
 
+// A tensor whose stored CRC32C (written by write_safetensors; files from other writers have none)
+// disagrees with its bytes is DataLoss naming the file and the tensor.
+void verify_crc(const std::filesystem::path& path, const SafetensorsMetadata& metadata, const std::string& name,
+                const Tensor& t) {
+  auto it = metadata.find(std::string(kCrcKeyPrefix) + name);
+  if (it == metadata.end()) return;
+  const std::string computed = fmt::format("{:08x}", checksum_crc32c(t.raw_data(), t.nbytes()));
+  TANDEM_CHECK(computed == it->second, ErrorCode::kDataLoss,
+               "'{}': tensor '{}' ({}) fails its checksum (CRC32C stored {}, computed {}): the file is damaged; "
+               "resume from another checkpoint (checkpoint.resume: a step directory) or save it again",
+               path.string(), name, t.describe(), it->second, computed);
+}
+
 }  // namespace
 
 std::string_view safetensors_dtype_name(DType dtype) { return kDTypes[write_rank(dtype)].name; }
@@ -243,16 +259,22 @@ void write_safetensors(const std::filesystem::path& path, const TensorMap& tenso
   std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) {
     return write_rank(a.second->dtype()) < write_rank(b.second->dtype());  // names stay sorted within a dtype
   });
-  std::string header = make_header(order, metadata);
+  // PyTorch's safetensors writes logical order; a channels_last or device tensor goes via a host
+  // copy, made once: it is both checksummed (the CRCs go in the header, before the data) and written.
+  std::vector<Tensor> host;
+  SafetensorsMetadata with_crcs = metadata;
+  for (const auto& [name, t] : order) {
+    host.push_back(t->to(Device::cpu()).to_format(MemoryFormat::kContiguous));
+    with_crcs[std::string(kCrcKeyPrefix) + *name] =
+        fmt::format("{:08x}", checksum_crc32c(host.back().raw_data(), host.back().nbytes()));
+  }
+  std::string header = make_header(order, with_crcs);
   uint64_t n = header.size();
   posix::File file = posix::File::create(path);
   file.write_all(&n, sizeof(n));
   file.write_all(header.data(), header.size());
-  for (const auto& [name, t] : order) {
-    if (t->nbytes() == 0) continue;
-    // PyTorch's safetensors writes logical order; a channels_last or device tensor goes via a host copy.
-    Tensor host = t->to(Device::cpu()).to_format(MemoryFormat::kContiguous);
-    file.write_all(host.raw_data(), host.nbytes());
+  for (const Tensor& t : host) {
+    if (t.nbytes() > 0) file.write_all(t.raw_data(), t.nbytes());
   }
   file.sync();
   file.close();
@@ -266,11 +288,15 @@ SafetensorsFile read_safetensors(const std::filesystem::path& path) {
   posix::File file = posix::File::open_read(path);
   SafetensorsHeader h = read_header(file);
   SafetensorsFile out;
-  out.metadata = std::move(h.metadata);
   for (const auto& e : h.entries) {
     Tensor t = Tensor::empty(e.shape, e.dtype);
     if (t.nbytes() > 0) file.read_at(t.raw_data(), t.nbytes(), h.data_start + e.begin);
+    verify_crc(path, h.metadata, e.name, t);
     out.tensors.emplace(e.name, std::move(t));
+  }
+  // The checksums were for this reader; the caller gets the metadata it wrote.
+  for (auto& [key, value] : h.metadata) {
+    if (!key.starts_with(kCrcKeyPrefix)) out.metadata.emplace(key, std::move(value));
   }
   return out;
 }

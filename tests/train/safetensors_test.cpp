@@ -3,8 +3,11 @@
 // and one corrupt file per validation rule, each giving its own DataLoss message.
 #include <gtest/gtest.h>
 
+#include <array>
+
 #include <cstring>
 
+#include "engine/core/checksum.h"
 #include "engine/train/safetensors.h"
 #include "tests/train/checkpoint_util.h"
 
@@ -78,24 +81,23 @@ TEST(Safetensors, ChannelsLastIsWrittenInLogicalOrder) {
   EXPECT_EQ(back.to_vector(), values);
 }
 
+// "tandem.crc32c.NAME":"8 hex digits" for each tensor, as write_safetensors adds them to __metadata__.
+std::string crc_entry(const std::string& name, const Tensor& t) {
+  return fmt::format(R"("tandem.crc32c.{}":"{:08x}")", name, checksum_crc32c(t.raw_data(), t.nbytes()));
+}
+
 TEST(Safetensors, OutputMatchesHandBuiltBytes) {
   TempDir dir;
-  // One f32 tensor whose header is exactly 64 bytes: no padding.
   std::vector<float> six = {0, 1, 2, 3, 4, 5};
-  write_safetensors(dir / "a.safetensors", {{"attn.0", Tensor::from_vector(six, {1, 2, 3})}});
-  std::vector<uint8_t> expected;
-  append_u64(expected, 64);
-  append(expected, R"({"attn.0":{"dtype":"F32","shape":[1,2,3],"data_offsets":[0,24]}})");
-  for (float v : six) append_f32(expected, v);
+  Tensor a = Tensor::from_vector(six, {1, 2, 3});
+  write_safetensors(dir / "a.safetensors", {{"attn.0", a}});
+  std::vector<uint8_t> data;
+  for (float v : six) append_f32(data, v);
+  std::string header = R"({"__metadata__":{)" + crc_entry("attn.0", a) +
+                       R"(},"attn.0":{"dtype":"F32","shape":[1,2,3],"data_offsets":[0,24]}})";
+  std::vector<uint8_t> expected = file_bytes(header, data);
   EXPECT_EQ(testing::read_bytes(dir / "a.safetensors"), expected);
-
-  // A 65-byte header takes 7 spaces of padding.
-  write_safetensors(dir / "b.safetensors", {{"attn0", Tensor::from_vector(six, {1, 1, 2, 3})}});
-  expected.clear();
-  append_u64(expected, 72);
-  append(expected, R"({"attn0":{"dtype":"F32","shape":[1,1,2,3],"data_offsets":[0,24]}}       )");
-  for (float v : six) append_f32(expected, v);
-  EXPECT_EQ(testing::read_bytes(dir / "b.safetensors"), expected);
+  EXPECT_EQ(expected.size() % 8, 0u);  // the header is padded with spaces to 8 bytes
 }
 
 TEST(Safetensors, MetadataFirstThenTensorsByAlignmentThenName) {
@@ -103,7 +105,8 @@ TEST(Safetensors, MetadataFirstThenTensorsByAlignmentThenName) {
   Tensor u8 = patterned({3}, DType::kU8, 10), i64 = patterned({1}, DType::kI64, 20);
   Tensor f32 = patterned({1}, DType::kF32, 30), bf16 = patterned({1}, DType::kBF16, 40);
   write_safetensors(dir / "a.safetensors", {{"a", u8}, {"b", i64}, {"d", bf16}, {"c", f32}}, {{"format", "pt"}});
-  std::string header = R"({"__metadata__":{"format":"pt"},)"
+  std::string header = R"({"__metadata__":{"format":"pt",)" + crc_entry("a", u8) + "," + crc_entry("b", i64) + "," +
+                       crc_entry("c", f32) + "," + crc_entry("d", bf16) + "}," +
                        R"("b":{"dtype":"I64","shape":[1],"data_offsets":[0,8]},)"
                        R"("c":{"dtype":"F32","shape":[1],"data_offsets":[8,12]},)"
                        R"("d":{"dtype":"BF16","shape":[1],"data_offsets":[12,14]},)"
@@ -114,6 +117,37 @@ TEST(Safetensors, MetadataFirstThenTensorsByAlignmentThenName) {
     data.insert(data.end(), p, p + t->nbytes());
   }
   EXPECT_EQ(testing::read_bytes(dir / "a.safetensors"), file_bytes(header, data));
+  // The checksums are for our reader: the metadata read back is what was written.
+  EXPECT_EQ(read_safetensors(dir / "a.safetensors").metadata, (SafetensorsMetadata{{"format", "pt"}}));
+}
+
+// One flipped bit in a tensor's data: the header is still valid, so only the checksum sees it.
+TEST(Safetensors, AFlippedBitInTensorDataIsCaughtAndNamed) {
+  TempDir dir;
+  Tensor w = patterned({64}, DType::kF32, 1), b = patterned({4}, DType::kF32, 2);
+  write_safetensors(dir / "m.safetensors", {{"conv1.weight", w}, {"fc.bias", b}});
+  std::vector<uint8_t> bytes = testing::read_bytes(dir / "m.safetensors");
+  bytes[bytes.size() - 3] ^= 0x10;  // inside the last tensor written: fc.bias (names sort "c" < "f")
+  testing::write_bytes(dir / "m.safetensors", bytes);
+  try {
+    read_safetensors(dir / "m.safetensors");
+    FAIL() << "a damaged tensor loaded silently";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kDataLoss);
+    const std::string what = e.what();
+    EXPECT_NE(what.find("tensor 'fc.bias'"), std::string::npos) << what;
+    EXPECT_NE(what.find("fails its checksum"), std::string::npos) << what;
+  }
+}
+
+TEST(Safetensors, ChecksumOfTheStandardCheckString) {
+  EXPECT_EQ(checksum_crc32c("123456789", 9), 0xE3069283u);
+  EXPECT_EQ(checksum_crc32c("", 0), 0u);
+  // RFC 3720's test vectors (32 bytes: four 8-byte words on the hardware path).
+  std::array<uint8_t, 32> bytes{};
+  EXPECT_EQ(checksum_crc32c(bytes.data(), bytes.size()), 0x8A9136AAu);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i);
+  EXPECT_EQ(checksum_crc32c(bytes.data(), bytes.size()), 0x46DD794Eu);
 }
 
 TEST(Safetensors, ReadsAFileLaidOutAsPyTorchWritesIt) {
