@@ -1,6 +1,7 @@
 // The read side of checkpoints: validating a directory (meta.json and both headers, cross-checked),
 // restoring a model and an optimizer from it, and resolving a `resume:` setting.
 #include <spdlog/spdlog.h>
+#include <yaml-cpp/yaml.h>
 
 #include <optional>
 #include <set>
@@ -51,6 +52,30 @@ void with_source(const std::filesystem::path& file, F&& f) {
   }
 }
 
+// A folder of step-* checkpoints (RUN/checkpoints) given where one checkpoint is expected.
+void reject_checkpoint_folder(const std::filesystem::path& path) {
+  if (fs::exists(path / CheckpointManager::kMetaFile)) return;
+  std::optional<int64_t> newest;
+  for (const auto& child : fs::list_directory(path)) {
+    auto step = parse_step_directory_name(child.filename().string());
+    if (step && (!newest || *step > *newest)) newest = step;
+  }
+  TANDEM_CHECK(!newest, ErrorCode::kInvalidArgument,
+               "'{}' is a directory of checkpoints, not one checkpoint; name one, such as '{}' (to resume the "
+               "newest, set checkpoint.resume: auto)",
+               path.string(), (path / step_directory_name(newest.value_or(0))).string());
+}
+
+// model.name in the config a checkpoint was saved with, or "" when it cannot be read.
+std::string saved_model_name(const CheckpointMeta& meta) {
+  try {
+    YAML::Node config = YAML::Load(meta.config);
+    if (config["model"] && config["model"]["name"]) return config["model"]["name"].as<std::string>();
+  } catch (const std::exception&) {  // an old or foreign checkpoint: say nothing more
+  }
+  return "";
+}
+
 void load_optimizer(const std::filesystem::path& checkpoint, const CheckpointMeta& meta, optim::Optimizer& optimizer) {
   std::filesystem::path file = checkpoint / CheckpointManager::kOptimizerFile;
   TANDEM_CHECK(meta.optimizer == optimizer.options().name, ErrorCode::kInvalidArgument,
@@ -81,6 +106,7 @@ void load_optimizer(const std::filesystem::path& checkpoint, const CheckpointMet
 CheckpointMeta validate_checkpoint(const std::filesystem::path& checkpoint) {
   TANDEM_CHECK(fs::is_directory(checkpoint), ErrorCode::kNotFound, "checkpoint '{}' is not a directory",
                checkpoint.string());
+  reject_checkpoint_folder(checkpoint);
   std::filesystem::path meta_path = checkpoint / CheckpointManager::kMetaFile;
   nlohmann::json j = read_meta_json(meta_path);
   CheckpointMeta meta = meta_from_json(j, meta_path);
@@ -101,7 +127,15 @@ CheckpointMeta CheckpointManager::load(const std::filesystem::path& checkpoint, 
   CheckpointMeta meta = validate_checkpoint(checkpoint);
   std::filesystem::path model_file = checkpoint / kModelFile;
   SafetensorsFile weights = read_safetensors(model_file);
-  with_source(model_file, [&] { model.load_state_dict(weights.tensors, /*strict=*/true); });
+  try {
+    with_source(model_file, [&] { model.load_state_dict(weights.tensors, /*strict=*/true); });
+  } catch (const Error& e) {
+    const std::string saved = saved_model_name(meta);
+    if (saved.empty()) throw;
+    throw Error(e.code(), fmt::format("{} (the checkpoint holds a '{}' model, {} tensors, saved with that model.name: "
+                                      "does this run build the same model, with the same settings?)",
+                                      e.what(), saved, weights.tensors.size()));
+  }
   if (optimizer != nullptr) load_optimizer(checkpoint, meta, *optimizer);
   spdlog::info("checkpoint: loaded {} (step {}, epoch {})", checkpoint.string(), meta.step, meta.epoch);
   return meta;
@@ -119,16 +153,6 @@ std::optional<std::filesystem::path> resolve_resume(std::string_view resume, con
     return found;
   }
   std::filesystem::path path(resume);
-  if (fs::is_directory(path) && !fs::exists(path / CheckpointManager::kMetaFile)) {
-    std::optional<int64_t> newest;
-    for (const auto& child : fs::list_directory(path)) {
-      auto step = parse_step_directory_name(child.filename().string());
-      if (step && (!newest || *step > *newest)) newest = step;
-    }
-    TANDEM_CHECK(!newest, ErrorCode::kInvalidArgument,
-                 "resume: '{}' is a directory of checkpoints, not one checkpoint; name one (such as {}) or use "
-                 "resume: auto", path.string(), (path / step_directory_name(newest.value_or(0))).string());
-  }
   validate_checkpoint(path);
   return path;
 }

@@ -224,7 +224,9 @@ TEST(Checkpoint, StrictLoadNamesTheTensorAndTheFile) {
   auto model = testing::small_model(1);
   auto optimizer = optim::make_optimizer(model->named_parameters(), sgd_options());
   CheckpointManager manager(dir.path(), 0);
-  auto saved = manager.save(*model, *optimizer, sample_meta(1));
+  CheckpointMeta meta = sample_meta(1);
+  meta.config = "model: {name: small_cnn, num_classes: 5}\n";
+  auto saved = manager.save(*model, *optimizer, meta);
 
   auto wider = std::make_shared<nn::Sequential>();
   wider->push_back(std::make_shared<nn::Conv2d>(nn::Conv2dOptions{.in_channels = 1, .out_channels = 4, .padding = 1}));
@@ -239,6 +241,18 @@ TEST(Checkpoint, StrictLoadNamesTheTensorAndTheFile) {
     std::string message = e.what();
     EXPECT_NE(message.find("'4.weight'"), std::string::npos) << message;
     EXPECT_NE(message.find("model.safetensors"), std::string::npos) << message;
+    EXPECT_NE(message.find("the checkpoint holds a 'small_cnn' model"), std::string::npos) << message;
+  }
+  // A folder of checkpoints where one is expected (trainer eval --checkpoint RUN/checkpoints).
+  try {
+    CheckpointManager::load(dir.path(), *model, nullptr);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("is a directory of checkpoints, not one checkpoint; name one, such as"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("step-00000001"), std::string::npos) << e.what();
   }
   auto adamw = optim::make_optimizer(model->named_parameters(), {.name = "adamw"});
   try {
