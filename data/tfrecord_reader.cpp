@@ -7,6 +7,10 @@
 
 #include <cerrno>
 #include <cstring>
+#include <mutex>
+#include <set>
+#include <string>
+#include <tuple>
 
 #include "data/crc32c.h"
 #include "engine/core/error.h"
@@ -138,6 +142,20 @@ bool TFRecordReader::read_one(std::string_view* record) {
   return true;
 }
 
+namespace {
+
+// Whether this process reports this damaged record (file, offset, fault) to `where` (the log, or a
+// quarantine file) for the first time. Under record sharding every replica reads every file and so
+// meets the same bad record, and every epoch meets it again: each place gets it once.
+bool first_report(const std::string& where, const std::string& path, uint64_t offset, const std::string& fault) {
+  static std::mutex mutex;
+  static std::set<std::tuple<std::string, std::string, uint64_t, std::string>> seen;
+  std::lock_guard lock(mutex);
+  return seen.emplace(where, path, offset, fault).second;
+}
+
+}  // namespace
+
 bool TFRecordReader::next(std::string_view* record) {
   while (!finished_) {
     const uint64_t start = stream_->offset();
@@ -158,7 +176,9 @@ bool TFRecordReader::next(std::string_view* record) {
       // fault leaves no trustworthy position, so the file ends there.
       bool data_fault = fault_->kind == RecordFault::Kind::kCorrupted && fault_->offset == start + 12;
       if (!data_fault) finished_ = true;
-      spdlog::warn("{}; {} record{} skipped so far", e.what(), skipped_, skipped_ == 1 ? "" : "s");
+      if (first_report("log", path_, start, e.what())) {
+        spdlog::warn("{}; {} record{} skipped so far", e.what(), skipped_, skipped_ == 1 ? "" : "s");
+      }
     } catch (const Error& e) {
       // A damaged compressed stream: nothing after it can be trusted, under any policy.
       std::string message = fmt::format("{} (record {})", e.what(), next_index_);
@@ -166,7 +186,9 @@ bool TFRecordReader::next(std::string_view* record) {
       finished_ = true;
       if (options_.on_corrupt == OnCorrupt::kFail) throw Error(ErrorCode::kDataLoss, message);
       ++skipped_;
-      spdlog::warn("{}; the rest of the file is skipped", message);
+      if (first_report("log", path_, fault_->offset, message)) {
+        spdlog::warn("{}; the rest of the file is skipped", message);
+      }
     }
   }
   return false;
@@ -174,8 +196,9 @@ bool TFRecordReader::next(std::string_view* record) {
 
 void TFRecordReader::quarantine(const std::string& message, uint64_t start) {
   if (options_.on_corrupt != OnCorrupt::kQuarantine) return;
+  const std::string side = options_.quarantine_path.empty() ? path_ + ".quarantine" : options_.quarantine_path;
+  if (!first_report(side, path_, start, message)) return;
   if (quarantine_ == nullptr) {
-    std::string side = options_.quarantine_path.empty() ? path_ + ".quarantine" : options_.quarantine_path;
     quarantine_ = std::fopen(side.c_str(), "ab");
     TANDEM_CHECK(quarantine_ != nullptr, ErrorCode::kNotFound, "cannot open quarantine file {}: {}", side,
                  std::strerror(errno));

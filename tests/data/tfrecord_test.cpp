@@ -146,6 +146,12 @@ TEST(TFRecord, SkipAndQuarantineCountAndGoOn) {
   std::string side = testing::read_file(quarantine.quarantine_path);
   EXPECT_NE(side.find("# offset=21 record=1 bytes=6 reason=corrupted record at 33"), std::string::npos) << side;
   EXPECT_NE(side.find("se#ond"), std::string::npos);  // the damaged bytes themselves
+
+  // Another reader of the same file (a replica under record sharding, or the next epoch) meets the
+  // same bad record: the quarantine file keeps one entry for it.
+  EXPECT_EQ(read_all(path, quarantine).size(), 2u);
+  std::string again = testing::read_file(quarantine.quarantine_path);
+  EXPECT_EQ(again, side);
 }
 
 TEST(TFRecord, HeaderFaultUnderSkipEndsTheFile) {
