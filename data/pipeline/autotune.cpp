@@ -4,16 +4,33 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <mutex>
+#include <set>
+#include <string>
 
 namespace tandem::data {
+
+namespace {
+
+bool first_start_of(const std::string& stage) {
+  static std::mutex mutex;
+  static std::set<std::string> started;
+  std::lock_guard lock(mutex);
+  return started.insert(stage).second;
+}
+
+}  // namespace
 
 ParallelismTuner::ParallelismTuner(std::string stage, int max, bool enabled, int start)
     : stage_(std::move(stage)), max_(max), enabled_(enabled),
       active_(enabled ? std::clamp(start > 0 ? start : max / 2, 1, std::max(1, max)) : max),
       window_start_(std::chrono::steady_clock::now()) {
+  // A pass over a small dataset lasts a fraction of a second and each starts a tuner: the start is
+  // logged once per stage (at info), later passes' starts only at debug; every change at info.
   if (enabled_) {
-    spdlog::info("autotune: {} num_parallel_calls = {} to start ({}budget {} threads)", stage_, active_,
-                 start > 0 ? "as an earlier pass ended; " : "", max_);
+    spdlog::log(first_start_of(stage_) ? spdlog::level::info : spdlog::level::debug,
+                "autotune: {} num_parallel_calls = {} to start ({}budget {} threads)", stage_, active_,
+                start > 0 ? "as an earlier pass ended; " : "", max_);
   }
 }
 
