@@ -13,6 +13,10 @@ function(tandem_target_options target)
       -Wno-maybe-uninitialized>)
     target_link_options(${target} PRIVATE -fsanitize=${TANDEM_SANITIZE})
   endif()
+  if(TANDEM_FUZZ)
+    # Coverage for libFuzzer in every library the targets link; the targets add -fsanitize=fuzzer.
+    target_compile_options(${target} PRIVATE -fsanitize=fuzzer-no-link -Wno-unknown-warning-option)
+  endif()
 endfunction()
 
 # A library target for one folder of the layout.

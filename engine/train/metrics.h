@@ -30,8 +30,8 @@ class MetricsSink {
   virtual ~MetricsSink() = default;
   virtual void scalar(const std::string& tag, double value, int64_t step) = 0;
   virtual void flush() {}
-  // A resumed run continues after `step`: what a stopped run wrote for later steps goes (the
-  // resumed run writes those steps again), so every step ends up recorded exactly once.
+  // A run starts after `step` (its resumed checkpoint's, or 0): what a stopped or killed run wrote
+  // for later steps goes (this run writes those steps again), so every step is recorded once.
   virtual void resume_at(int64_t /*step*/) {}
 };
 

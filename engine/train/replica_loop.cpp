@@ -130,7 +130,10 @@ void ReplicaLoop::run_epochs() {
       if (config_.loop.eval_every_steps == 0 && stop_signal_ == 0) evaluate(step_);
       break;
     }
-    if (config_.checkpoint.every_steps == 0 || done()) checkpoint(epoch + 1, 0);
+    // Every epoch's end without checkpoint.every_steps; with it, the run's end (the last epoch, or
+    // train.steps reached), whose last steps no periodic save may have caught.
+    const bool last_epoch_done = epoch + 1 == last_epoch;
+    if (config_.checkpoint.every_steps == 0 || done() || last_epoch_done) checkpoint(epoch + 1, 0);
     if (config_.loop.eval_every_steps == 0) evaluate(step_);
   }
   if (rank_ == 0) {

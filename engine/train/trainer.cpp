@@ -118,8 +118,9 @@ Trainer::Trainer(TrainerSetup setup) {
     s.resume = validate_checkpoint(*path);
     spdlog::info("resuming from {} (step {}, epoch {})", path->string(), s.resume->step, s.resume->epoch);
     log_replica_change(*s.resume, s.setup.plan);
-    for (MetricsSink* sink : s.setup.sinks) sink->resume_at(s.resume->step);
   }
+  // A fresh start too: rows a killed run wrote before its first checkpoint are written again.
+  for (MetricsSink* sink : s.setup.sinks) sink->resume_at(s.resume ? s.resume->step : 0);
   s.positions.resize(static_cast<size_t>(s.setup.plan.replicas()));
 }
 

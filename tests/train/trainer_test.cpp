@@ -397,6 +397,16 @@ TEST_F(TrainerTest, ImagesOfAnotherSizeThanTheModelsAreRefusedBeforeTheFirstStep
   }
 }
 
+TEST_F(TrainerTest, TheRunsLastStepIsSavedWhateverTheCheckpointInterval) {
+  TrainConfig c = base_config(dir_);
+  c.loop.epochs = 1;  // 8 steps
+  c.checkpoint.every_steps = 5;
+  train(c, 1, [&](int r) { return std::make_unique<SliceSource>(data_, r, 1, 8); });
+  auto latest = CheckpointManager(c.checkpoint.dir, 0).latest();
+  ASSERT_TRUE(latest.has_value());
+  EXPECT_EQ(latest->filename().string(), "step-00000008") << "steps 6 to 8 were trained and must be saved";
+}
+
 class ThrowingEvalSource : public SliceSource {
  public:
   using SliceSource::SliceSource;

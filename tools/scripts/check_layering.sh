@@ -18,7 +18,7 @@ rank_of() {
 # The layer a path belongs to: an engine folder's name, or data/models/tools/tests/bench/third_party.
 layer_of() {
   case "$1" in
-    tests/tools/*) echo tools ;;
+    tests/tools/*|tests/fuzz/*) echo tools ;;
     engine/*) echo "$1" | cut -d/ -f2 ;;
     *) echo "$1" | cut -d/ -f1 ;;
   esac
