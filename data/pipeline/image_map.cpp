@@ -135,7 +135,13 @@ Element map_one(const ImageMapOptions& options, const std::vector<std::string>& 
     const FeatureView& label = parser.feature(1);
     TANDEM_CHECK(label.present && label.type == FeatureType::kInt64 && label.ints.size() == 1,
                  ErrorCode::kInvalidArgument, "feature '{}' must be one int64", options.label_key);
-    out.tensors.push_back(scalar_i64(label.ints[0]));
+    const int64_t value = label.ints[0];
+    TANDEM_CHECK(options.num_classes <= 0 || (value >= 0 && value < options.num_classes),
+                 ErrorCode::kInvalidArgument,
+                 "label {} (feature '{}') is outside [0, {}): the model has model.num_classes {} classes; fix the "
+                 "record or set model.num_classes",
+                 value, options.label_key, options.num_classes, options.num_classes);
+    out.tensors.push_back(scalar_i64(value));
   }
   return out;
 }

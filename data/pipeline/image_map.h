@@ -36,6 +36,7 @@ struct ImageMapOptions {
   std::string label_key = "image/class/label";  // "" for no label
   ImageFormat format = ImageFormat::kAuto;
   std::vector<int64_t> raw_shape;  // (H, W, C) of a raw uint8 or float image feature
+  int64_t num_classes = 0;         // > 0: a label outside [0, num_classes) is an error naming the record
   AugmentOptions augment;
   uint64_t seed = 0;
   int replica = 0;

@@ -142,5 +142,26 @@ TEST(PipelineImage, BadImageErrorNamesTheRecord) {
   }
 }
 
+TEST(PipelineImage, ALabelOutsideTheModelsClassesNamesTheRecord) {
+  Element in;
+  in.text = testing::image_example(encode_jpeg(testing::synthetic_image(32, 32, 3, 5), 90), 11);
+  in.file = "train-3.tfrecord";
+  in.record = 57;
+  ImageMapOptions options;
+  options.augment.height = 16;
+  options.augment.width = 16;
+  EXPECT_EQ(*make_image_map(options)(in).tensors[1].data<int64_t>(), 11);  // no class count: not checked
+  options.num_classes = 10;
+  try {
+    make_image_map(options)(in);
+    FAIL() << "label 11 of 10 classes";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    const std::string what = e.what();
+    EXPECT_NE(what.find("train-3.tfrecord record 57: label 11"), std::string::npos) << what;
+    EXPECT_NE(what.find("model.num_classes 10"), std::string::npos) << what;
+  }
+}
+
 }  // namespace
 }  // namespace tandem::data

@@ -35,6 +35,7 @@ std::vector<std::unique_ptr<train::BatchSource>> make_sources(data::PipelineConf
                                                               int64_t* steps_per_epoch) {
   config.batch_size = plan.per_replica_batch_size;
   config.image.augment.layout = train.model.channels_last ? data::ImageLayout::kNHWC : data::ImageLayout::kNCHW;
+  config.image.num_classes = train.model.num_classes;  // a bad label names its file and record
   if (config.seed == 0) config.seed = train.seed;
   if (for_eval) config.drop_remainder = false;  // every evaluation example counts
   data::ReplicaPipelines pipelines = data::build_replica_pipelines(config, plan.replicas());
