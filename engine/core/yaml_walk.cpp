@@ -17,7 +17,7 @@ YAML::Node without_marks(const YAML::Node& node) {
   }
   if (node.IsMap()) {
     YAML::Node out(YAML::NodeType::Map);
-    for (const auto& item : node) out[item.first.as<std::string>()] = without_marks(item.second);
+    for (const auto& item : node) out[scalar<std::string>(item.first, "override", "a key name")] = without_marks(item.second);
     return out;
   }
   if (node.IsNull()) return YAML::Node(YAML::NodeType::Null);
@@ -91,7 +91,8 @@ void walk(const YAML::Node& node, const std::string& path, const Keys& keys) {
   std::vector<std::string> known;
   for (const auto& [k, h] : keys) known.push_back(k);
   for (const auto& item : node) {
-    auto key = item.first.as<std::string>();
+    // A key must be a plain name: YAML allows a list or a mapping as a key ("? [a, b]: 1").
+    const std::string key = scalar<std::string>(item.first, path.empty() ? "(top level)" : path, "a key name");
     std::string key_path = path.empty() ? key : path + "." + key;
     auto it = keys.find(key);
     TANDEM_CHECK(it != keys.end(), ErrorCode::kInvalidArgument, "{}: unknown key{}; known keys here: {}",

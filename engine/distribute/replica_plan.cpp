@@ -4,7 +4,8 @@
 
 #include <algorithm>
 #include <charconv>
-#include <ranges>
+#include <string>
+#include <vector>
 
 #include "engine/core/context.h"
 #include "engine/core/error.h"
@@ -88,12 +89,11 @@ void plan_batch(ReplicaPlan& plan, const ReplicaPlanRequest& r) {
 }  // namespace
 
 std::string ReplicaPlan::describe() const {
+  std::vector<std::string> names;
+  for (const Device& d : devices) names.push_back(d.str());
   std::string where = devices.front().is_cpu()
                           ? fmt::format("cpu ({} thread{} each)", threads_per_replica, threads_per_replica == 1 ? "" : "s")
-                          : fmt::format("{}", fmt::join(devices | std::views::transform([](const Device& d) {
-                                                          return d.str();
-                                                        }),
-                                                        ", "));
+                          : fmt::format("{}", fmt::join(names, ", "));
   return fmt::format("{} replica{} on {}, per-replica batch {}, global batch {}", replicas(),
                      replicas() == 1 ? "" : "s", where, per_replica_batch_size, global_batch_size);
 }

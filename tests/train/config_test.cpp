@@ -74,6 +74,15 @@ TEST(Config, UnknownKeyGivesPathLineAndSuggestion) {
   EXPECT_NE(e.find("did you mean 'optimizer'"), std::string::npos) << e;
 }
 
+// Found by tests/fuzz/config_fuzz: YAML allows a list or a mapping as a key, which used to escape
+// as yaml-cpp's own exception (no key, no line).
+TEST(Config, AKeyThatIsNotANameIsAnErrorWithItsLine) {
+  const std::string what = error_of("train:\n  ? [a, b]\n  : 3\n");
+  EXPECT_NE(what.find("train (line 2"), std::string::npos) << what;
+  EXPECT_NE(what.find("expected a key name"), std::string::npos) << what;
+  EXPECT_NE(error_of("? {x: 1}\n: 2\n").find("expected a key name"), std::string::npos);
+}
+
 TEST(Config, WrongTypesAndBadValuesNameTheKey) {
   std::string e = error_of("train: {global_batch_size: many}");
   EXPECT_NE(e.find("train.global_batch_size (line 1): expected an integer, got 'many'"), std::string::npos) << e;

@@ -10,7 +10,7 @@ packages=(
   libdnnl-dev libturbojpeg0-dev libpng-dev zlib1g-dev libisal-dev
   libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
   dataset-fashion-mnist
-  clang python3
+  clang libomp-dev python3
 )
 
 missing=()
