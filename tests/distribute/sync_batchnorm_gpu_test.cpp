@@ -16,6 +16,7 @@
 #include "engine/distribute/nccl_communicator.h"
 #include "engine/distribute/sync_batchnorm.h"
 #include "tests/distribute/distribute_test_util.h"
+#include "tests/distribute/sync_batchnorm_test_util.h"
 #include "tests/distribute/gpu_test_util.h"
 
 namespace tandem::distribute {
@@ -30,16 +31,8 @@ struct Dims {
   int64_t c, h, w;
 };
 
-struct Result {
-  std::vector<float> y, dx, running_mean, running_var, dgamma, dbeta;
-};
-
-std::vector<float> random_values(int64_t n, uint64_t seed) {
-  Generator g(seed);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = 2.0f * g.normal() + 0.5f;
-  return v;
-}
+using Result = testing::BatchNormResult;
+const auto random_values = testing::random_normal_values;
 
 std::vector<float> channel_values(int64_t c, float first, float step) {
   std::vector<float> v(static_cast<size_t>(c));

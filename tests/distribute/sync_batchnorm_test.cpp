@@ -13,6 +13,7 @@
 #include "engine/nn/layers.h"
 #include "models/registry.h"
 #include "tests/distribute/distribute_test_util.h"
+#include "tests/distribute/sync_batchnorm_test_util.h"
 
 namespace tandem::distribute {
 namespace {
@@ -24,16 +25,8 @@ using testing::run_ranks;
 constexpr int64_t kC = 5, kH = 3, kW = 4;
 const std::vector<int64_t> kSamples = {1, 2, 3};  // per replica: uneven on purpose
 
-struct Result {
-  std::vector<float> y, dx, running_mean, running_var, dgamma, dbeta;
-};
-
-std::vector<float> random_values(int64_t n, uint64_t seed) {
-  Generator g(seed);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (float& x : v) x = 2.0f * g.normal() + 0.5f;
-  return v;
-}
+using Result = testing::BatchNormResult;
+const auto random_values = testing::random_normal_values;
 
 // Samples [first, first + n) of a (N, C, H, W) tensor given as NCHW values, in format.
 Tensor slice(const std::vector<float>& all, int64_t first, int64_t n, MemoryFormat format) {

@@ -97,6 +97,20 @@ std::string read_text(const fs::path& path) {
   return text.str();
 }
 
+std::vector<MetricRow> read_metric_rows(const fs::path& csv) {
+  std::vector<MetricRow> rows;
+  std::stringstream lines(read_text(csv));
+  std::string line;
+  std::getline(lines, line);  // header
+  while (std::getline(lines, line)) {
+    std::vector<std::string> cells;
+    std::stringstream fields(line);
+    for (std::string cell; std::getline(fields, cell, ',');) cells.push_back(cell);
+    if (cells.size() == 4) rows.push_back({std::stoll(cells[1]), cells[2], cells[3]});
+  }
+  return rows;
+}
+
 bool wait_for_log(const fs::path& log, const std::string& text, double timeout_s) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
   while (std::chrono::steady_clock::now() < deadline) {

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 namespace tandem::tools::testing {
 
@@ -34,5 +35,13 @@ int wait_trainer(pid_t pid);
 bool wait_for_log(const std::filesystem::path& log, const std::string& text, double timeout_s);
 
 std::string read_text(const std::filesystem::path& path);
+
+// The rows of a metrics.csv after its header, split into (wall_time, step, tag, value); rows of
+// another width (a tag with a comma) are left out.
+struct MetricRow {
+  int64_t step = 0;
+  std::string tag, value;
+};
+std::vector<MetricRow> read_metric_rows(const std::filesystem::path& csv);
 
 }  // namespace tandem::tools::testing

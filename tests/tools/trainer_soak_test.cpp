@@ -34,17 +34,10 @@ struct Metrics {
 
 Metrics read_metrics(const fs::path& csv) {
   Metrics m;
-  std::stringstream lines(read_text(csv));
-  std::string line;
-  std::getline(lines, line);  // header
-  while (std::getline(lines, line)) {
-    std::vector<std::string> cells;
-    std::stringstream fields(line);
-    for (std::string cell; std::getline(fields, cell, ',');) cells.push_back(cell);
-    if (cells.size() != 4) continue;
-    const std::pair<int64_t, std::string> key{std::stoll(cells[1]), cells[2]};
+  for (const testing::MetricRow& row : testing::read_metric_rows(csv)) {
+    const std::pair<int64_t, std::string> key{row.step, row.tag};
     ++m.counts[key];
-    if (key.second == "train/loss" || key.second == "train/top1" || key.second == "train/lr") m.values[key] = cells[3];
+    if (row.tag == "train/loss" || row.tag == "train/top1" || row.tag == "train/lr") m.values[key] = row.value;
   }
   return m;
 }

@@ -44,15 +44,7 @@ class TrainerStopTest : public ::testing::Test {
 // (step, tag) of every row of metrics.csv, counted.
 std::map<std::pair<int64_t, std::string>, int> metric_rows(const fs::path& csv) {
   std::map<std::pair<int64_t, std::string>, int> rows;
-  std::stringstream lines(read_text(csv));
-  std::string line;
-  std::getline(lines, line);  // header
-  while (std::getline(lines, line)) {
-    std::vector<std::string> cells;
-    std::stringstream fields(line);
-    for (std::string cell; std::getline(fields, cell, ',');) cells.push_back(cell);
-    if (cells.size() == 4) ++rows[{std::stoll(cells[1]), cells[2]}];
-  }
+  for (const testing::MetricRow& row : testing::read_metric_rows(csv)) ++rows[{row.step, row.tag}];
   return rows;
 }
 
