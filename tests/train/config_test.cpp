@@ -64,6 +64,10 @@ TEST(Config, DefaultsNeedOnlyABatchSize) {
   EXPECT_EQ(c.optimizer.name, "sgd");
   EXPECT_EQ(c.device.device, "auto");
   EXPECT_EQ(c.checkpoint.keep_last, 3);
+  // 0 keeps every checkpoint, as docs/CONFIG.md and CheckpointManager say; negative is refused.
+  EXPECT_EQ(parse("train: {per_replica_batch_size: 32}\ncheckpoint: {keep_last: 0}").checkpoint.keep_last, 0);
+  EXPECT_NE(error_of("train: {per_replica_batch_size: 32}\ncheckpoint: {keep_last: -1}").find("checkpoint.keep_last"),
+            std::string::npos);
 }
 
 TEST(Config, UnknownKeyGivesPathLineAndSuggestion) {
