@@ -61,6 +61,14 @@ RunDirectoryLock::RunDirectoryLock(const std::filesystem::path& dir) : path_(dir
     const std::string holder = read_holder(fd_);
     ::close(fd_);
     fd_ = -1;
+    if (err == ENOSYS || err == EOPNOTSUPP || err == ENOLCK) {
+      // Some network and parallel file systems (Lustre without -o flock, some NFS and FUSE mounts)
+      // have no flock: run unlocked rather than not at all, and say so.
+      spdlog::warn("{}: this file system does not support flock ({}): the run directory is not locked against "
+                   "a second trainer",
+                   path_.string(), std::system_category().message(err));
+      return;
+    }
     if (err != EWOULDBLOCK) throw_errno("flock", path_, err);
     throw_error(ErrorCode::kFailedPrecondition,
                 "'{}' is in use by another trainer ({}): two runs in one directory would mix their metrics and "

@@ -3,6 +3,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
+
 #include "engine/core/error.h"
 
 namespace tandem::train {
@@ -15,6 +17,7 @@ std::atomic<bool> g_installed{false};
 struct sigaction g_previous_int, g_previous_term;
 
 extern "C" void on_stop_signal(int signal_number) {
+  const int saved_errno = errno;  // the interrupted code may be about to read it
   int none = 0;
   if (!g_stop.compare_exchange_strong(none, signal_number)) {
     // The second request: stop now, as if no handler were installed.
@@ -26,15 +29,19 @@ extern "C" void on_stop_signal(int signal_number) {
       "\ntandem: stop requested: finishing the step and saving a checkpoint (send the signal again to stop at "
       "once)\n";
   [[maybe_unused]] ssize_t written = ::write(STDERR_FILENO, kMessage, sizeof(kMessage) - 1);
+  errno = saved_errno;
 }
 
-void install(int signal_number, struct sigaction* previous) {
+// Returns false when sigaction fails. A signal the process ignores (a background job's SIGINT)
+// stays ignored, as the shell meant.
+bool install(int signal_number, struct sigaction* previous) {
+  if (::sigaction(signal_number, nullptr, previous) != 0) return false;
+  if (previous->sa_handler == SIG_IGN) return true;
   struct sigaction action {};
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;  // reads and waits go on; the trainer polls the flag each step
-  TANDEM_CHECK(::sigaction(signal_number, &action, previous) == 0, ErrorCode::kInternal,
-               "sigaction({}) failed: cannot install the stop handler", signal_number);
+  return ::sigaction(signal_number, &action, nullptr) == 0;
 }
 
 }  // namespace
@@ -43,8 +50,14 @@ StopSignals::StopSignals() {
   TANDEM_CHECK(!g_installed.exchange(true), ErrorCode::kFailedPrecondition,
                "StopSignals: the stop handlers are installed already (one StopSignals per process at a time)");
   g_stop.store(0);
-  install(SIGINT, &g_previous_int);
-  install(SIGTERM, &g_previous_term);
+  const bool ok = install(SIGINT, &g_previous_int) && install(SIGTERM, &g_previous_term);
+  if (!ok) {
+    const int err = errno;
+    ::sigaction(SIGINT, &g_previous_int, nullptr);
+    g_installed.store(false);
+    throw_error(ErrorCode::kInternal, "sigaction failed: cannot install the SIGINT/SIGTERM stop handlers (errno {})",
+                err);
+  }
 }
 
 StopSignals::~StopSignals() {

@@ -42,6 +42,18 @@ Metrics read_metrics(const fs::path& csv) {
   return m;
 }
 
+// Waits (up to 60 s) until the log holds `lines` step lines ("| loss"), or the run has ended.
+void wait_for_step_lines(const fs::path& log, int lines) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    const std::string text = read_text(log);
+    int count = 0;
+    for (size_t at = text.find("| loss"); at != std::string::npos; at = text.find("| loss", at + 1)) ++count;
+    if (count >= lines || text.find("] done:") != std::string::npos) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
 TEST(TrainerSoak, KilledAndResumedTenTimesEndsAsAnUninterruptedRun) {
   if (std::string reason = testing::cli_skip_reason(); !reason.empty()) GTEST_SKIP() << reason;
   const fs::path dir = fs::temp_directory_path() / fmt::format("tandem-soak-{}", getpid());
@@ -62,7 +74,13 @@ TEST(TrainerSoak, KilledAndResumedTenTimesEndsAsAnUninterruptedRun) {
   for (int round = 0; round < 10 && !finished; ++round) {
     const fs::path log = dir / fmt::format("round-{}.log", round);
     pid_t trainer = testing::start_trainer(args("soaked"), log);
-    std::this_thread::sleep_for(std::chrono::milliseconds(100 + random() % 400));
+    if (round % 2 == 0) {
+      // Mid-training: after 1 to 8 of this run's step lines (one per step), wherever that falls.
+      const auto lines = static_cast<int>(1 + random() % 8);
+      wait_for_step_lines(log, lines);
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(random() % 300));  // anywhere, start-up included
+    }
     const int signal_number = signals[round % 3];
     ::kill(trainer, signal_number);
     const int status = testing::wait_trainer(trainer);

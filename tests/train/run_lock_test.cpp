@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <fstream>
 #include <string>
 
@@ -41,15 +42,24 @@ TEST(RunDirectoryLock, AnotherProcessHoldingItIsNamed) {
   ASSERT_EQ(::pipe(ready), 0);
   pid_t child = ::fork();
   ASSERT_GE(child, 0);
-  if (child == 0) {  // holds the lock until killed
-    RunDirectoryLock held(tmp.path() / "run");
-    char c = 1;
-    [[maybe_unused]] auto n = ::write(ready[1], &c, 1);
-    ::pause();
-    ::_exit(0);
+  if (child == 0) {  // holds the lock until killed; never returns into gtest
+    try {
+      RunDirectoryLock held(tmp.path() / "run");
+      char c = 1;
+      [[maybe_unused]] auto n = ::write(ready[1], &c, 1);
+      ::pause();
+    } catch (...) {
+    }
+    ::_exit(1);
   }
+  ::close(ready[1]);  // a child that fails closes the pipe's last writer: the read below returns 0
   char c = 0;
-  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  const ssize_t got = ::read(ready[0], &c, 1);
+  if (got != 1) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, nullptr, 0);
+    FAIL() << "the child could not take the lock";
+  }
   try {
     RunDirectoryLock mine(tmp.path() / "run");
     ADD_FAILURE() << "the child holds the lock";
@@ -59,7 +69,6 @@ TEST(RunDirectoryLock, AnotherProcessHoldingItIsNamed) {
   ::kill(child, SIGKILL);  // dies without cleaning up: its lock file still names it
   ::waitpid(child, nullptr, 0);
   ::close(ready[0]);
-  ::close(ready[1]);
   RunDirectoryLock taken(tmp.path() / "run");
   EXPECT_NE(taken.stale_holder().find(fmt::format("pid {}", child)), std::string::npos) << taken.stale_holder();
 }

@@ -49,5 +49,18 @@ TEST(StopSignals, PreviousHandlersComeBackAndOnlyOneMayBeInstalled) {
   EXPECT_EQ(after.sa_handler, before.sa_handler);
 }
 
+TEST(StopSignals, ASignalTheProcessIgnoresStaysIgnored) {
+  // A background job (`trainer ... &`) starts with SIGINT ignored: Ctrl-C at the terminal is not for it.
+  struct sigaction ignore {}, before {}, during {};
+  ignore.sa_handler = SIG_IGN;
+  ASSERT_EQ(::sigaction(SIGINT, &ignore, &before), 0);
+  {
+    StopSignals signals;
+    ASSERT_EQ(::sigaction(SIGINT, nullptr, &during), 0);
+    EXPECT_EQ(during.sa_handler, SIG_IGN);
+  }
+  ::sigaction(SIGINT, &before, nullptr);
+}
+
 }  // namespace
 }  // namespace tandem::train

@@ -18,6 +18,9 @@ int main(int argc, char** argv) {
   // A write past the file-size limit (ulimit -f) then fails with EFBIG, which the writers report as
   // ResourceExhausted keeping every earlier checkpoint, instead of SIGXFSZ killing the process.
   std::signal(SIGXFSZ, SIG_IGN);
+  // Ctrl-C under `trainer ... | tee log` stops tee too: the stop's log lines must then fail with
+  // EPIPE, not kill the process (SIGPIPE) before it saves its checkpoint.
+  std::signal(SIGPIPE, SIG_IGN);
   // Logs go to stderr, so stdout carries only a verb's output (`--json` documents stay parseable).
   spdlog::set_default_logger(spdlog::stderr_color_mt("tandem"));
   CLI::App app{"Tandem: mirrored data-parallel training on 1 to 8 GPUs (or the CPU)", "trainer"};

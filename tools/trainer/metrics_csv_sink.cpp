@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <charconv>
+#include <cstdlib>
 #include <cerrno>
 #include <optional>
 #include <system_error>
@@ -60,18 +61,8 @@ bool ends_with_newline(int fd, const std::filesystem::path& path) {
   return last == '\n';
 }
 
-std::string csv_field(std::string_view text) {
-  if (text.find_first_of(",\"\r\n") == std::string_view::npos) return std::string(text);
-  std::string out = "\"";
-  for (char c : text) {
-    if (c == '"') out += '"';
-    out += c;
-  }
-  return out + '"';
-}
-
-// Every line after the header (without newlines; an empty last piece left out).
-std::vector<std::string> rows_after_header(int fd, const std::filesystem::path& path) {
+// Every byte of the file.
+std::string read_all(int fd, const std::filesystem::path& path) {
   off_t size = ::lseek(fd, 0, SEEK_END);
   if (size < 0) throw_errno("lseek", path, errno);
   std::string text(static_cast<size_t>(size), '\0');
@@ -84,6 +75,31 @@ std::vector<std::string> rows_after_header(int fd, const std::filesystem::path& 
     done += static_cast<size_t>(n);
   }
   text.resize(done);
+  return text;
+}
+
+// Cuts the file after its last newline (the header's, at least: the caller checked it).
+void drop_partial_last_row(int fd, const std::filesystem::path& path) {
+  const std::string text = read_all(fd, path);
+  const size_t newline = text.rfind('\n');
+  const off_t keep = newline == std::string::npos ? 0 : static_cast<off_t>(newline + 1);
+  if (::ftruncate(fd, keep) != 0) throw_errno("ftruncate", path, errno);
+  if (keep == 0) write_all(fd, fmt::format("{}\n", kMetricsCsvHeader), path);
+}
+
+std::string csv_field(std::string_view text) {
+  if (text.find_first_of(",\"\r\n") == std::string_view::npos) return std::string(text);
+  std::string out = "\"";
+  for (char c : text) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + '"';
+}
+
+// Every line after the header (without newlines; an empty last piece left out).
+std::vector<std::string> rows_after_header(int fd, const std::filesystem::path& path) {
+  const std::string text = read_all(fd, path);
   std::vector<std::string> rows;
   size_t start = text.find('\n');
   while (start != std::string::npos && start + 1 < text.size()) {
@@ -92,6 +108,17 @@ std::vector<std::string> rows_after_header(int fd, const std::filesystem::path& 
     start = end;
   }
   return rows;
+}
+
+// Whether a row ends in a whole number (a kill during a write may cut its value short or leave
+// only its first fields).
+bool has_a_value(const std::string& row) {
+  const size_t comma = row.rfind(',');
+  if (comma == std::string::npos || comma + 1 >= row.size() || row.back() == '"') return false;
+  const char* begin = row.c_str() + comma + 1;
+  char* end = nullptr;
+  std::strtod(begin, &end);
+  return end == row.c_str() + row.size();
 }
 
 }  // namespace
@@ -126,8 +153,9 @@ MetricsCsvSink::MetricsCsvSink(const std::filesystem::path& run_dir, double flus
   if (line.empty()) {
     write_all(fd_, fmt::format("{}\n", kMetricsCsvHeader), path_);
   } else if (line == kMetricsCsvHeader) {
-    // A run killed mid-write leaves a partial last row; end it so the next row starts a line.
-    if (!ends_with_newline(fd_, path_)) write_all(fd_, "\n", path_);
+    // A run killed mid-write leaves a partial last row (no newline): drop it, since its value may be
+    // cut short; the step it belongs to comes after the checkpoint and is written again.
+    if (!ends_with_newline(fd_, path_)) drop_partial_last_row(fd_, path_);
   } else if (line != kMetricsCsvHeader) {
     ::close(fd_);
     fd_ = -1;
@@ -183,7 +211,7 @@ void MetricsCsvSink::resume_at(int64_t step) {
   int64_t dropped = 0;
   for (const std::string& row : rows_after_header(fd_, path_)) {
     std::optional<int64_t> row_step = metrics_csv_step(row);
-    if (row_step && *row_step <= step) {
+    if (row_step && *row_step <= step && has_a_value(row)) {
       kept += row + "\n";
     } else {
       ++dropped;

@@ -3,7 +3,6 @@
 // trains and leaves the resolved config, metrics, events, checkpoints and run_summary.json.
 #include <spdlog/spdlog.h>
 
-#include <algorithm>
 #include <fstream>
 #include <optional>
 
@@ -39,12 +38,13 @@ void print_summary(const train::RunSummary& s, const std::filesystem::path& run_
   spdlog::info("outputs in {}", run_dir.string());
 }
 
-// Whether path lies in dir (or is dir), comparing absolute, normalised paths.
-bool is_within(const std::filesystem::path& path, const std::filesystem::path& dir) {
-  const std::filesystem::path p = std::filesystem::absolute(path).lexically_normal();
-  const std::filesystem::path d = std::filesystem::absolute(dir).lexically_normal();
-  auto [end, ignored] = std::mismatch(d.begin(), d.end(), p.begin(), p.end());
-  return end == d.end();
+// Whether two paths name the same directory, comparing absolute, normalised paths ("out/" is "out").
+bool same_directory(const std::filesystem::path& a, const std::filesystem::path& b) {
+  auto normal = [](const std::filesystem::path& p) {
+    std::filesystem::path n = std::filesystem::absolute(p).lexically_normal();
+    return n.has_filename() ? n : n.parent_path();
+  };
+  return normal(a) == normal(b);
 }
 
 int run_training(const TrainArgs& args) {
@@ -58,7 +58,8 @@ int run_training(const TrainArgs& args) {
   train::RunDirectoryLock run_lock(run_dir);
   std::optional<train::RunDirectoryLock> checkpoint_lock;
   const std::filesystem::path checkpoints = train::checkpoint_dir(config.train, run_dir);
-  if (!is_within(checkpoints, run_dir)) checkpoint_lock.emplace(checkpoints);
+  // Its own lock too (two runs may share a checkpoint.dir while their run directories differ).
+  if (!same_directory(checkpoints, run_dir)) checkpoint_lock.emplace(checkpoints);
   write_text(run_dir / "config.yaml", config.resolved_yaml + "\n");
   ensure_data(config);
   train::TrainerSetup setup = make_trainer_setup(config, plan, run_dir);
@@ -75,10 +76,13 @@ int run_training(const TrainArgs& args) {
   write_run_summary(run_dir / "run_summary.json", summary);
   print_summary(summary, run_dir);
   if (summary.stop_signal == 0) return 0;
-  spdlog::warn("stopped by signal {} after step {}; the checkpoint of that step is in {}. Resume with: trainer "
-               "--config {} --run-dir {} --set checkpoint.resume=auto",
-               summary.stop_signal, summary.steps, checkpoints.string(), args.config,
-               run_dir.string());
+  const bool saved = std::filesystem::exists(checkpoints / fmt::format("step-{:08d}", summary.steps));
+  spdlog::warn("stopped by signal {} after step {}; {}. Resume with: trainer --config {} --run-dir {} --set "
+               "checkpoint.resume=auto",
+               summary.stop_signal, summary.steps,
+               saved ? fmt::format("the checkpoint of that step is in {}", checkpoints.string())
+                     : std::string("no step was trained since the last checkpoint"),
+               args.config, run_dir.string());
   return 128 + summary.stop_signal;  // as a shell reports a process the signal ended: 130, 143
 }
 
