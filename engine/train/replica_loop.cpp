@@ -9,8 +9,8 @@
 #include "engine/backend/ops.h"
 #include "engine/distribute/replica_sync.h"
 #include "engine/distribute/sync_batchnorm.h"
-#include "engine/train/batch_check.h"
 #include "engine/nn/init.h"
+#include "engine/train/batch_check.h"
 #include "engine/train/evaluation.h"
 #include "engine/train/replica.h"
 
