@@ -131,6 +131,7 @@ std::optional<std::filesystem::path> CheckpointManager::latest() const {
   for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
     try {
       validate_checkpoint(it->path);
+      verify_checkpoint_data(it->path);  // a flipped bit in a tensor leaves every header valid
       return it->path;
     } catch (const std::exception& e) {  // whatever is wrong with it, resume goes on to the next
       spdlog::warn("checkpoint: skipping {}, it is incomplete or damaged: {}", it->path.string(), e.what());

@@ -77,7 +77,11 @@ std::optional<int64_t> parse_step_directory_name(std::string_view name);
 // other; throws (DataLoss for damage, NotFound for a missing file) naming the checkpoint.
 CheckpointMeta validate_checkpoint(const std::filesystem::path& checkpoint);
 
-// The checkpoint a `resume:` setting names: "auto" the newest complete one (or none), "" or
+// Reads both tensor files whole, verifying every tensor's checksum (safetensors.h): DataLoss names
+// the damaged tensor. resume: auto runs it on its candidate, so a damaged newest one is skipped.
+void verify_checkpoint_data(const std::filesystem::path& checkpoint);
+
+// The checkpoint a `resume:` setting names: "auto" the newest complete and undamaged one (or none), "" or
 // "none" none, anything else a checkpoint directory that must be complete.
 std::optional<std::filesystem::path> resolve_resume(std::string_view resume, const CheckpointManager& manager);
 

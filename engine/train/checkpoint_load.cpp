@@ -122,6 +122,12 @@ CheckpointMeta validate_checkpoint(const std::filesystem::path& checkpoint) {
   return meta;
 }
 
+void verify_checkpoint_data(const std::filesystem::path& checkpoint) {
+  for (std::string_view file : {CheckpointManager::kModelFile, CheckpointManager::kOptimizerFile}) {
+    read_safetensors(checkpoint / file);  // throws DataLoss at the first tensor whose checksum fails
+  }
+}
+
 CheckpointMeta CheckpointManager::load(const std::filesystem::path& checkpoint, nn::Module& model,
                                        optim::Optimizer* optimizer) {
   CheckpointMeta meta = validate_checkpoint(checkpoint);

@@ -173,11 +173,15 @@ TEST(Checkpoint, ResumeAutoSkipsDamagedNewestWithAWarningNamingIt) {
   auto model = testing::small_model(1);
   auto optimizer = optim::make_optimizer(model->named_parameters(), sgd_options());
   CheckpointManager manager(dir.path(), 0);
-  for (int step : {1, 2, 3, 4}) manager.save(*model, *optimizer, sample_meta(step));
-  // 4: model file cut short; 3: meta.json garbage; 2 fine. Also a stray temporary and a non-checkpoint.
+  for (int step : {1, 2, 3, 4, 5}) manager.save(*model, *optimizer, sample_meta(step));
+  // 5: one flipped bit in a tensor (every header still valid); 4: model file cut short; 3: meta.json
+  // garbage; 2 fine. Also a stray temporary and a non-checkpoint.
+  std::vector<uint8_t> bytes = testing::read_bytes(dir / "step-00000005" / "model.safetensors");
+  bytes[bytes.size() - 2] ^= 0x04;
+  testing::write_bytes(dir / "step-00000005" / "model.safetensors", bytes);
   std::filesystem::resize_file(dir / "step-00000004" / "model.safetensors", 100);
   testing::write_bytes(dir / "step-00000003" / "meta.json", {'{', 'x'});
-  std::filesystem::create_directory(dir / ".tmp-step-00000005");
+  std::filesystem::create_directory(dir / ".tmp-step-00000006");
   std::filesystem::create_directory(dir / "step-notanumber");
 
   auto sink = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(16);
@@ -188,6 +192,8 @@ TEST(Checkpoint, ResumeAutoSkipsDamagedNewestWithAWarningNamingIt) {
   EXPECT_EQ(found->filename(), "step-00000002");
   std::string log;
   for (const auto& line : sink->last_formatted()) log += line;
+  EXPECT_NE(log.find("step-00000005"), std::string::npos) << log;
+  EXPECT_NE(log.find("fails its checksum"), std::string::npos) << log;
   EXPECT_NE(log.find("step-00000004"), std::string::npos) << log;
   EXPECT_NE(log.find("step-00000003"), std::string::npos) << log;
   EXPECT_NE(log.find("model.safetensors"), std::string::npos) << log;
