@@ -222,8 +222,9 @@ void MetricsCsvSink::resume_at(int64_t step) {
   ::close(fd_);
   fd_ = -1;
   open_for_appending();
-  spdlog::info("{}: {} row(s) past step {} removed; the resumed run writes those steps again", path_.string(),
-               dropped, step);
+  // A warning: on a fresh start (step 0) in a reused run directory these may be an earlier run's rows.
+  spdlog::warn("{}: {} row(s) past step {} removed: this run starts after step {} and writes those steps again",
+               path_.string(), dropped, step, step);
 }
 
 void MetricsCsvSink::close() {
