@@ -34,11 +34,6 @@ ErrorCode code_for_errno(int err) {
   }
 }
 
-[[noreturn]] void throw_errno(std::string_view call, const std::filesystem::path& path, int err) {
-  throw_error(code_for_errno(err), "{} '{}' failed: {} (errno {})", call, path.string(),
-              std::system_category().message(err), err);
-}
-
 int open_checked(const std::filesystem::path& path, int flags, std::string_view what) {
   for (;;) {
     int fd = ::open(path.c_str(), flags | O_CLOEXEC, 0644);
@@ -48,6 +43,11 @@ int open_checked(const std::filesystem::path& path, int flags, std::string_view 
 }
 
 }  // namespace
+
+[[noreturn]] void throw_errno(std::string_view call, const std::filesystem::path& path, int err) {
+  throw_error(code_for_errno(err), "{} '{}' failed: {} (errno {})", call, path.string(),
+              std::system_category().message(err), err);
+}
 
 File File::create(const std::filesystem::path& path) {
   return File(open_checked(path, O_WRONLY | O_CREAT | O_TRUNC, "open for writing"), path);

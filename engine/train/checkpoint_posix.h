@@ -39,6 +39,11 @@ class File {
   std::filesystem::path path_;
 };
 
+// A failed system call as tandem::Error: ResourceExhausted for a full disk, quota or file-size
+// limit, NotFound, FailedPrecondition for permissions, Unavailable otherwise; names the call,
+// the path and errno's text.
+[[noreturn]] void throw_errno(std::string_view call, const std::filesystem::path& path, int err);
+
 // fsync of a directory, so a rename or a new entry in it survives a power loss.
 void sync_directory(const std::filesystem::path& dir);
 // rename(2); to must not be a non-empty directory.

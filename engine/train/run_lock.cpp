@@ -11,14 +11,13 @@
 #include <system_error>
 
 #include "engine/core/error.h"
+#include "engine/train/checkpoint_posix.h"
 
 namespace tandem::train {
 namespace {
 
-[[noreturn]] void throw_errno(std::string_view call, const std::filesystem::path& path, int err) {
-  throw_error(ErrorCode::kFailedPrecondition, "{} '{}' failed: {} (errno {})", call, path.string(),
-              std::system_category().message(err), err);
-}
+using posix::throw_errno;
+
 
 std::string read_holder(int fd) {
   char buf[512];

@@ -20,13 +20,8 @@
 namespace tandem::tools {
 namespace {
 
-[[noreturn]] void throw_errno(std::string_view call, const std::filesystem::path& path, int err) {
-  ErrorCode code = err == ENOSPC || err == EDQUOT || err == EFBIG ? ErrorCode::kResourceExhausted
-                   : err == ENOENT || err == ENOTDIR             ? ErrorCode::kNotFound
-                   : err == EACCES || err == EPERM || err == EROFS ? ErrorCode::kFailedPrecondition
-                                                                   : ErrorCode::kUnavailable;
-  throw_error(code, "{} '{}' failed: {} (errno {})", call, path.string(), std::system_category().message(err), err);
-}
+using train::posix::throw_errno;
+
 
 void write_all(int fd, std::string_view bytes, const std::filesystem::path& path) {
   while (!bytes.empty()) {
