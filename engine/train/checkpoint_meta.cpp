@@ -108,6 +108,8 @@ nlohmann::json meta_to_json(const CheckpointMeta& meta) {
           {"replicas", std::move(replicas)},
           {"metrics", std::move(metrics)},
           {"wall_time_s", meta.wall_time_s},
+          {"lr_scale", meta.lr_scale},
+          {"callbacks", meta.callbacks},
           {"config", meta.config}};
 }
 
@@ -136,6 +138,12 @@ CheckpointMeta meta_from_json(const nlohmann::json& j, const std::filesystem::pa
   for (const auto& [name, value] : metrics.items()) m.metrics[name] = r.number_at(metrics, name, "metrics." + name);
   m.wall_time_s = r.number_at(j, "wall_time_s", "wall_time_s");
   m.config = r.string_at(j, "config", "config");
+  // Written since callbacks exist; older checkpoints have neither.
+  if (j.contains("lr_scale")) m.lr_scale = r.number_at(j, "lr_scale", "lr_scale");
+  if (j.contains("callbacks")) {
+    const auto& callbacks = r.object_at(j, "callbacks", "callbacks");
+    for (const auto& [key, value] : callbacks.items()) m.callbacks[key] = r.string_at(callbacks, key, "callbacks." + key);
+  }
   if (m.step < 0 || m.epoch < 0 || m.optimizer_steps < 0) {
     r.fail("step", "or epoch or optimizer.steps_taken is negative");
   }

@@ -30,6 +30,8 @@ struct CheckpointMeta {
   std::string config;                     // the resolved config, as text (YAML or JSON)
   std::map<std::string, double> metrics;  // e.g. train_loss, eval_top1; NaN survives as null
   double wall_time_s = 0;                 // training wall time so far
+  double lr_scale = 1.0;                  // TrainerControl::set_lr_scale's factor (callbacks)
+  std::map<std::string, std::string> callbacks;  // Callback::state_key() -> save_state()
 
   // Filled by CheckpointManager::save (from the optimizer and the build) and read back by load.
   int format_version = kFormatVersion;

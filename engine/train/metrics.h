@@ -1,11 +1,13 @@
 // What a run measures and reports: the step-time breakdown, step-time percentiles, the
-// input-bound verdict, and the sinks metrics go to (CSV and TensorBoard live in tools/).
+// input-bound verdict and the summary of a run.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
+
+#include "engine/core/metrics_sink.h"
 
 namespace tandem::train {
 
@@ -25,15 +27,6 @@ std::string input_bound_verdict(double input_wait_fraction);
 // Percentile (0 to 100) of the values, by nearest rank; 0 when empty.
 double percentile(std::vector<double> values, double p);
 
-class MetricsSink {
- public:
-  virtual ~MetricsSink() = default;
-  virtual void scalar(const std::string& tag, double value, int64_t step) = 0;
-  virtual void flush() {}
-  // A run starts after `step` (its resumed checkpoint's, or 0): what a stopped or killed run wrote
-  // for later steps goes (this run writes those steps again), so every step is recorded once.
-  virtual void resume_at(int64_t /*step*/) {}
-};
 
 struct RunSummary {
   double images_per_sec = 0;  // images / wall time after warm-up, never an average of rates
@@ -49,6 +42,7 @@ struct RunSummary {
   int64_t dropped_examples = 0;  // examples left out because not every replica had a full batch
   double wall_time_s = 0;
   int stop_signal = 0;  // non-zero: stopped early on request (TrainerSetup::stop), e.g. SIGTERM's 15
+  std::string stop_reason;  // why a callback stopped the run early (TrainerControl::request_stop); empty otherwise
 };
 
 }  // namespace tandem::train

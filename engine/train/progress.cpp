@@ -4,11 +4,14 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 
 namespace tandem::train {
 
 namespace {
+
+std::atomic<bool> bar_open{false};
 
 // "3/10", or "3" when the run is bounded by steps rather than epochs.
 std::string epoch_text(const ProgressLine& l) {
@@ -35,7 +38,7 @@ void Progress::update(const ProgressLine& l) {
     std::fprintf(stderr, "\r\033[Kepoch %s [%s] %s | %s", epoch_text(l).c_str(), bar.c_str(), position.c_str(),
                  stats.c_str());
     std::fflush(stderr);
-    bar_open_ = true;
+    bar_open.store(true);
     return;
   }
   if (l.global_step % every_ == 0) {
@@ -43,11 +46,10 @@ void Progress::update(const ProgressLine& l) {
   }
 }
 
-void Progress::finish_line() {
-  if (bar_open_) {
-    std::fputc('\n', stderr);
-    bar_open_ = false;
-  }
+void Progress::finish_line() { finish_progress_line(); }
+
+void finish_progress_line() {
+  if (bar_open.exchange(false)) std::fputc('\n', stderr);
 }
 
 }  // namespace tandem::train

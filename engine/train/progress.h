@@ -31,8 +31,11 @@ class Progress {
  private:
   bool terminal_;
   int64_t every_;
-  bool bar_open_ = false;
 };
+
+// Ends an open progress bar's line, whoever drew it: stderr has one such line per process, and
+// any log message must start on a line of its own.
+void finish_progress_line();
 
 // True when stderr is a terminal (progress bars) rather than a file or a pipe.
 bool stderr_is_terminal();

@@ -6,6 +6,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,14 +17,13 @@
 #include "engine/optim/optimizer.h"
 #include "engine/optim/schedule.h"
 #include "engine/train/checkpoint.h"
-#include "engine/train/progress.h"
 #include "engine/train/step_timer.h"
 #include "engine/train/trainer.h"
 
 namespace tandem::train {
 
 struct Trainer::Shared {
-  Shared(TrainerSetup s, Progress p) : setup(std::move(s)), progress(p) {}
+  explicit Shared(TrainerSetup s) : setup(std::move(s)) {}
 
   TrainerSetup setup;
   // Host-side collectives among the replica threads (per-step votes, counters, metric sums): cheap,
@@ -41,7 +41,7 @@ struct Trainer::Shared {
   std::unique_ptr<CheckpointManager> checkpoints;
   std::optional<CheckpointMeta> resume;  // what a resumed run starts from
   std::vector<ReplicaState> positions;   // each replica writes its own before a checkpoint
-  Progress progress;
+  TrainerControl control;  // the callbacks' requests: read and written by replica 0 only
   RunSummary summary;  // written by replica 0
   std::mutex error_mutex;
   std::exception_ptr first_error;
@@ -52,6 +52,11 @@ struct Trainer::Shared {
   void abort(const std::string& reason) noexcept;
   // The communicator of a replica's device tensors: NCCL on GPUs, the host group on the CPU.
   distribute::Communicator& device_communicator(int rank);
+  // Replica 0: calls f(callback) for each callback in order.
+  template <typename F>
+  void for_each_callback(F&& f) {
+    for (const auto& callback : setup.callbacks) f(*callback);
+  }
 };
 
 // The loop of one replica thread; run() returns when training ends or throws on failure.
@@ -70,6 +75,7 @@ class ReplicaLoop {
     bool completed = false;  // the epoch ran to its end (not stopped by train.steps)
     int64_t steps = 0;       // trained in this call
     int64_t dropped = 0;     // examples of incomplete batches, over every replica
+    std::optional<uint32_t> next;  // stopped on request: the fingerprint of the batch fetched, not trained
   };
   EpochEnd train_epoch(int64_t epoch, int64_t skip_batches);
   // An epoch that gave no step would repeat forever (train.steps) or end the run having trained
@@ -77,25 +83,35 @@ class ReplicaLoop {
   [[noreturn]] void throw_no_batch(int64_t epoch, int64_t dropped) const;
   // The epoch and the batches into it where a resumed run starts (0, 0 for a fresh run).
   std::pair<int64_t, int64_t> resume_position() const;
-  // The per-step agreement of every replica: whether each has a full batch, and whether any saw a
-  // stop request (TrainerSetup::stop), so that all stop after the same step.
+  // The per-step agreement of every replica: whether each has a full batch, whether any saw a
+  // stop request (TrainerSetup::stop, or a callback's on replica 0), so that all stop after the
+  // same step, and replica 0's callbacks' learning-rate scale.
   struct Vote {
     bool all_have_batch = false;
     bool stop = false;
   };
   Vote vote(bool have_batch);
+  // The schedule's learning rate at a step, times the lr scale the replicas agreed on.
+  float lr_at(int64_t step) const;
   void train_step(const Batch& batch);
+  // The first batch of the epoch a resumed run trains again, against the checkpoint's fingerprint.
+  void check_resumed_batch(const Batch& batch, int64_t epoch, int64_t index);
   // Waits for the reduced gradients and applies the optimizer (per bucket when it can).
   void reduce_and_update();
   // Whether a step counts for throughput and the timed breakdown (past the warm-up steps).
   bool timed(int64_t step) const;
   // Adds device phases of finished steps to the epoch's breakdown and, past warm-up, the run's.
   void add_phases(const std::vector<std::pair<int64_t, DevicePhases>>& steps, StepBreakdown& epoch);
-  void log_step(int64_t epoch, int64_t step_in_epoch);
-  // Replica 0, at a log line: each GPU's utilisation, memory and power to the sinks and the line.
+  // Reads the step metrics at log steps and, on replica 0, calls on_step_end.
+  void report_step(int64_t epoch, int64_t step_in_epoch);
+  // Replica 0, at a log line: each GPU's utilisation, memory and power to the report's scalars.
   std::string report_gpus(double input_wait_fraction);
+  void report_epoch(int64_t epoch, int64_t steps, const StepBreakdown& times, int64_t dropped);
   void evaluate(int64_t step);
-  void checkpoint(int64_t epoch, int64_t batches_into_epoch);
+  // For the resume check, the fingerprint of the last trained batch or of the fetched, untrained
+  // next one (a stop request's); neither at an epoch's end.
+  void checkpoint(int64_t epoch, int64_t batches_into_epoch, const Batch* last_trained = nullptr,
+                  std::optional<uint32_t> next_fingerprint = std::nullopt);
   double reduce_scalar_sum(double value);
   bool done() const;
 
@@ -103,6 +119,7 @@ class ReplicaLoop {
   const TrainConfig& config_;
   const distribute::ReplicaPlan& plan_;
   int rank_;
+  Task& task_;
   std::unique_ptr<ExecutionContext> ctx_;
   std::shared_ptr<nn::Module> model_;
   std::unique_ptr<optim::Optimizer> optimizer_;
@@ -110,9 +127,18 @@ class ReplicaLoop {
   std::unique_ptr<StepTimer> timer_;
   distribute::Communicator* comm_ = nullptr;       // device tensors (gradients, weights)
   distribute::Communicator* host_comm_ = nullptr;  // host tensors (votes, counters)
-  Tensor flag_;    // (2) f32 on the host: the per-step vote (I have a full batch, I saw a stop request)
-  Tensor stats_;   // (3) f32 on the device: loss sum, correct, examples since the last log line
-  Tensor host_stats_;  // (3) f32 on the host: stats_ read back at a log line, then summed over replicas
+  // (4) f32 on the host: the per-step vote (I have a full batch, the stop signal I saw, and
+  // replica 0's callbacks' stop request and learning-rate scale).
+  Tensor flag_;
+  std::vector<std::string> train_metrics_;  // the task's
+  Tensor stats_;   // (metrics + 1) f32 on the device: the task's metric sums and examples since the last log line
+  Tensor host_stats_;  // stats_ read back at a log line, then summed over replicas
+  Tensor one_;     // [] f32 1 on the device, for tasks' add_to_sum
+  float lr_scale_ = 1.0f;  // agreed by the last vote
+  StepReport report_;  // replica 0's, reused
+  // From the checkpoint a run resumes (same replica count): which batch its fingerprint is of.
+  std::string resume_fingerprint_of_;
+  uint32_t resume_fingerprint_ = 0;
 
   int64_t step_ = 0;          // global steps completed
   int64_t start_step_ = 0;    // where this run started (the resumed step, or 0)
@@ -125,7 +151,8 @@ class ReplicaLoop {
   double interval_input_ = 0, interval_total_ = 0;  // for the progress line's input-wait share
   int64_t dropped_ = 0;
   bool input_checked_ = false;  // the first batch matched the model's configured input
-  int stop_signal_ = 0;  // the stop request every replica agreed on (0: none)
+  bool stopped_ = false;  // every replica agreed to stop early (a signal, or a callback's request)
+  int stop_signal_ = 0;  // the signal of that request (0: none, or a callback's)
   bool buffers_identical_ = false;  // BatchNorm statistics equal across replicas (1 replica, or synchronised)
 };
 

@@ -10,8 +10,8 @@
 #include "engine/distribute/replica_sync.h"
 #include "engine/distribute/sync_batchnorm.h"
 #include "engine/nn/init.h"
-#include "engine/train/batch_check.h"
 #include "engine/train/evaluation.h"
+#include "engine/train/progress.h"
 #include "engine/train/replica.h"
 
 namespace tandem::train {
@@ -34,7 +34,7 @@ distribute::BucketOptions bucket_options(const DistributeConfig& d) {
 }  // namespace
 
 ReplicaLoop::ReplicaLoop(Trainer::Shared& shared, int rank)
-    : shared_(shared), config_(shared.setup.config), plan_(shared.setup.plan), rank_(rank) {}
+    : shared_(shared), config_(shared.setup.config), plan_(shared.setup.plan), rank_(rank), task_(*shared.setup.task) {}
 
 void ReplicaLoop::setup() {
   Device device = plan_.devices[static_cast<size_t>(rank_)];
@@ -57,6 +57,12 @@ void ReplicaLoop::setup() {
     // A replica the checkpoint did not have (resumed with more replicas) keeps its fresh stream.
     if (rank_ < static_cast<int>(saved.size())) ctx_->generator().set_state(saved[static_cast<size_t>(rank_)].rng);
     step_ = start_step_ = shared_.resume->step;
+    lr_scale_ = static_cast<float>(shared_.resume->lr_scale);
+    if (static_cast<int>(saved.size()) == plan_.replicas()) {
+      const nlohmann::json& position = saved[static_cast<size_t>(rank_)].data_position;
+      resume_fingerprint_of_ = position.value("fingerprint_of", std::string());
+      resume_fingerprint_ = position.value("fingerprint", uint32_t{0});
+    }
   }
   if (config_.distribute.sync_batchnorm && plan_.replicas() > 1) {
     int layers = distribute::convert_sync_batchnorm(*model_, *comm_);
@@ -71,12 +77,17 @@ void ReplicaLoop::setup() {
   bucketer_ = std::make_unique<distribute::GradientBucketer>(*comm_, *ctx_, model_->named_parameters(),
                                                              bucket_options(config_.distribute));
   timer_ = std::make_unique<StepTimer>(*ctx_);
-  flag_ = Tensor::zeros({2}, DType::kF32);
-  stats_ = Tensor::zeros({3}, DType::kF32, device);
-  host_stats_ = Tensor::zeros({3}, DType::kF32);
+  flag_ = Tensor::zeros({4}, DType::kF32);
+  train_metrics_ = task_.train_metrics();
+  TANDEM_CHECK(!train_metrics_.empty(), ErrorCode::kInvalidArgument, "task: train_metrics() names no metric; the "
+               "first is the run's loss");
+  const int64_t sums = static_cast<int64_t>(train_metrics_.size()) + 1;
+  stats_ = Tensor::zeros({sums}, DType::kF32, device);
+  host_stats_ = Tensor::zeros({sums}, DType::kF32);
+  one_ = Tensor::from_vector({1.0f}, Shape{}).to(device);
 }
 
-bool ReplicaLoop::done() const { return stop_signal_ != 0 || (config_.loop.steps > 0 && step_ >= config_.loop.steps); }
+bool ReplicaLoop::done() const { return stopped_ || (config_.loop.steps > 0 && step_ >= config_.loop.steps); }
 
 void ReplicaLoop::run() {
   try {
@@ -114,6 +125,12 @@ std::string ReplicaLoop::out_of_memory_advice() const {
 
 void ReplicaLoop::run_epochs() {
   setup();
+  if (rank_ == 0) {
+    RunInfo run{start_step_, shared_.total_steps(), shared_.setup.steps_per_epoch,
+                config_.loop.steps > 0 ? 0 : config_.loop.epochs, plan_.replicas(), plan_.global_batch_size,
+                plan_.per_replica_batch_size, plan_.devices.front().str(), shared_.setup.run_dir};
+    shared_.for_each_callback([&](Callback& c) { c.on_train_begin(run, shared_.control); });
+  }
   auto [first_epoch, skip] = resume_position();
   int64_t last_epoch = config_.loop.steps > 0 ? INT64_MAX : config_.loop.epochs;
   int64_t epoch = first_epoch;
@@ -125,9 +142,10 @@ void ReplicaLoop::run_epochs() {
     // lose the epoch's training.
     if (!end.completed) {
       // Stopped mid-epoch (train.steps, or a stop request): save where the data stands, then
-      // evaluate, unless asked to stop (whoever asked wants the process gone soon).
-      if (stop_signal_ == 0 || step_ > start_step_) checkpoint(epoch, end.batches);
-      if (config_.loop.eval_every_steps == 0 && stop_signal_ == 0) evaluate(step_);
+      // evaluate, unless asked to stop (a signal wants the process gone soon; a callback has seen
+      // enough).
+      if (!stopped_ || step_ > start_step_) checkpoint(epoch, end.batches, nullptr, end.next);
+      if (config_.loop.eval_every_steps == 0 && !stopped_) evaluate(step_);
       break;
     }
     // Every epoch's end without checkpoint.every_steps; with it, the run's end (the last epoch, or
@@ -147,12 +165,13 @@ void ReplicaLoop::run_epochs() {
                            : 0.0;
     s.step_time_p50_ms = 1000.0 * percentile(step_times_, 50);
     s.step_time_p95_ms = 1000.0 * percentile(step_times_, 95);
-    s.final_metrics["train_loss"] = last_train_loss_;
+    s.final_metrics["train_" + train_metrics_.front()] = last_train_loss_;
     s.replicas = plan_.replicas();
     s.global_batch_size = plan_.global_batch_size;
     s.per_replica_batch_size = plan_.per_replica_batch_size;
     s.device = plan_.devices.front().str();
     s.stop_signal = stop_signal_;
+    if (stopped_ && stop_signal_ == 0) s.stop_reason = shared_.control.stop_reason();
   }
 }
 
@@ -175,10 +194,15 @@ ReplicaLoop::Vote ReplicaLoop::vote(bool have_batch) {
   float* f = flag_.data<float>();
   f[0] = have_batch ? 1.0f : 0.0f;
   f[1] = static_cast<float>(signal);
+  f[2] = rank_ == 0 && shared_.control.stop_requested() ? 1.0f : 0.0f;
+  f[3] = rank_ == 0 ? static_cast<float>(shared_.control.lr_scale()) : 0.0f;
   host_comm_->all_reduce(flag_, distribute::ReduceOp::kSum);
   // Replicas may read the flag either side of the signal: the sum is non-zero for all alike.
   if (f[1] != 0.0f && stop_signal_ == 0) stop_signal_ = signal != 0 ? signal : stop->load();
-  return {static_cast<int>(f[0]) == plan_.replicas(), f[1] != 0.0f};
+  lr_scale_ = f[3];  // replica 0's alone: the same float on every replica
+  const bool agreed_stop = f[1] != 0.0f || f[2] != 0.0f;
+  if (agreed_stop) stopped_ = true;
+  return {static_cast<int>(f[0]) == plan_.replicas(), agreed_stop};
 }
 
 void ReplicaLoop::throw_no_batch(int64_t epoch, int64_t dropped) const {
@@ -198,7 +222,11 @@ ReplicaLoop::EpochEnd ReplicaLoop::train_epoch(int64_t epoch, int64_t skip_batch
   int64_t batches = 0;
   for (; batches < skip_batches && source.next(batch); ++batches) {
   }
+  if (skip_batches > 0 && batches == skip_batches && resume_fingerprint_of_ == "last") {
+    check_resumed_batch(batch, epoch, batches - 1);
+  }
   StepBreakdown epoch_times;
+  std::optional<uint32_t> next;
   int64_t epoch_steps = 0;
   bool completed = false;
   while (!done()) {
@@ -211,16 +239,22 @@ ReplicaLoop::EpochEnd ReplicaLoop::train_epoch(int64_t epoch, int64_t skip_batch
     comm_->set_step(step_);
     host_comm_->set_step(step_);
     if (have && !input_checked_) {
-      check_batch_matches_model(batch, config_.model, "training data");
+      task_.check_batch(batch, "training data");
       input_checked_ = true;
     }
+    if (have && resume_fingerprint_of_ == "next") check_resumed_batch(batch, epoch, batches);
+    resume_fingerprint_of_.clear();  // only the first batch of a resumed run is checked
     const Vote agreed = vote(have);
-    if (agreed.stop) break;  // the fetched batch is not trained: a resumed run reads it again
+    if (agreed.stop) {
+      // The fetched batch is not trained: a resumed run reads it again, and checks it is the same.
+      if (have) next = batch_fingerprint(batch);
+      break;
+    }
     if (!agreed.all_have_batch) {
       // Not every replica has a full batch: the epoch ends here for all of them.
-      if (have) dropped_ += batch.labels.numel();
+      if (have) dropped_ += batch.size();
       int64_t rest = 0;
-      while (source.next(batch)) rest += batch.labels.numel();
+      while (source.next(batch)) rest += batch.size();
       dropped_ += rest;
       completed = true;
       break;
@@ -242,13 +276,13 @@ ReplicaLoop::EpochEnd ReplicaLoop::train_epoch(int64_t epoch, int64_t skip_batch
       timed_breakdown_ += times;
       step_times_.push_back(step_seconds);
     }
-    log_step(epoch, batches);
+    report_step(epoch, batches);
     if (config_.distribute.checksum_every_steps > 0 && step_ % config_.distribute.checksum_every_steps == 0) {
       distribute::verify_parameters(*comm_, *model_, buffers_identical_);
     }
     // The run's last step is saved here too, before its evaluation (which may fail).
     if ((config_.checkpoint.every_steps > 0 && step_ % config_.checkpoint.every_steps == 0) || done()) {
-      checkpoint(epoch, batches);
+      checkpoint(epoch, batches, &batch);
     }
     if (config_.loop.eval_every_steps > 0 && (step_ % config_.loop.eval_every_steps == 0 || done())) {
       evaluate(step_);
@@ -257,18 +291,25 @@ ReplicaLoop::EpochEnd ReplicaLoop::train_epoch(int64_t epoch, int64_t skip_batch
   add_phases(timer_->drain(), epoch_times);
   int64_t dropped_total = static_cast<int64_t>(reduce_scalar_sum(static_cast<double>(dropped_)));
   dropped_ = 0;
-  if (rank_ == 0) {
-    shared_.progress.finish_line();
-    shared_.summary.dropped_examples += dropped_total;
-    spdlog::info("epoch {} done: {} steps; step time: {}", epoch + 1, epoch_steps, epoch_times.describe(epoch_steps));
-    spdlog::info("epoch {} input pipeline: {}", epoch + 1,
-                 input_bound_verdict(epoch_times.total() > 0 ? epoch_times.input_wait / epoch_times.total() : 0.0));
-    if (dropped_total > 0) {
-      spdlog::info("epoch {}: {} examples dropped because not every replica had a full batch", epoch + 1,
-                   dropped_total);
-    }
-  }
-  return {batches, completed, epoch_steps, dropped_total};
+  report_epoch(epoch, epoch_steps, epoch_times, dropped_total);
+  return {batches, completed, epoch_steps, dropped_total, next};
+}
+
+void ReplicaLoop::report_epoch(int64_t epoch, int64_t steps, const StepBreakdown& times, int64_t dropped) {
+  if (rank_ != 0) return;
+  shared_.summary.dropped_examples += dropped;
+  EpochReport report{epoch, steps, times, dropped};
+  shared_.for_each_callback([&](Callback& c) { c.on_epoch_end(report, shared_.control); });
+}
+
+void ReplicaLoop::check_resumed_batch(const Batch& batch, int64_t epoch, int64_t index) {
+  const uint32_t now = batch_fingerprint(batch);
+  TANDEM_CHECK(now == resume_fingerprint_, ErrorCode::kFailedPrecondition,
+               "resume: replica {}'s batch source gives another batch {} of epoch {} than the run that wrote the "
+               "checkpoint of step {} did (fingerprint {:08x}, saved {:08x}). Exact resume needs a source whose "
+               "start_epoch(e) gives the same batches in the same order every time (engine/core/batch.h): seed its "
+               "shuffling by the epoch and seed alone, and keep the data files as they were at the checkpoint",
+               rank_, index + 1, epoch + 1, start_step_, now, resume_fingerprint_);
 }
 
 bool ReplicaLoop::timed(int64_t step) const { return step > start_step_ + config_.loop.warmup_steps_for_timing; }
@@ -285,18 +326,18 @@ void ReplicaLoop::add_phases(const std::vector<std::pair<int64_t, DevicePhases>>
   }
 }
 
+float ReplicaLoop::lr_at(int64_t step) const {
+  float lr = shared_.schedule->lr_at(step);
+  return lr_scale_ == 1.0f ? lr : lr * lr_scale_;
+}
+
 void ReplicaLoop::train_step(const Batch& batch) {
-  float lr = shared_.schedule->lr_at(step_);
-  optimizer_->set_lr(lr);
+  optimizer_->set_lr(lr_at(step_));
   optimizer_->zero_grad();  // gradients accumulate across backward calls otherwise
   timer_->start();
-  autograd::Variable logits = model_->forward(*ctx_, autograd::Variable(batch.x));
-  autograd::Variable loss = autograd::cross_entropy_loss(*ctx_, logits, batch.labels, config_.loop.label_smoothing,
-                                                         plan_.global_batch_size);
-  // The loss is this replica's share of the global mean; scale back to a sum of example losses.
-  // Summed on the device: nothing is read back until a log line needs it.
-  backend::accumulate_classification_stats(*ctx_, loss.value(), static_cast<float>(plan_.global_batch_size),
-                                           logits.value(), batch.labels, stats_);
+  // The task sums its metrics on the device: nothing is read back until a log line needs it.
+  TaskStep step{*ctx_, plan_.global_batch_size, stats_, one_};
+  autograd::Variable loss = task_.train_step(step, *model_, batch);
   timer_->forward_done();
   loss.backward(ctx_.get());
   timer_->backward_done();
@@ -326,37 +367,44 @@ double ReplicaLoop::reduce_scalar_sum(double value) {
   return flag_.data<float>()[0];
 }
 
-void ReplicaLoop::log_step(int64_t epoch, int64_t step_in_epoch) {
+void ReplicaLoop::report_step(int64_t epoch, int64_t step_in_epoch) {
   // A terminal's bar is redrawn every step on CPU replicas; on GPUs only at log steps, since each
   // redraw reads the device and samples NVML.
   bool log_now = step_ % config_.loop.log_every_steps == 0 || (shared_.setup.terminal && ctx_->device().is_cpu());
-  if (!log_now) return;
-  // The one read of the device per log line, ordered after this replica's queued steps.
-  host_stats_.copy_from(stats_);
-  stats_.zero_();
-  host_comm_->all_reduce(host_stats_, distribute::ReduceOp::kSum);
-  const float* s = host_stats_.data<float>();
-  if (rank_ != 0 || s[2] == 0) return;
-  last_train_loss_ = s[0] / s[2];
-  double images_per_sec = interval_total_ > 0 ? s[2] / interval_total_ : 0.0;
-  ProgressLine line{epoch, config_.loop.steps > 0 ? 0 : config_.loop.epochs, step_in_epoch,
-                    shared_.setup.steps_per_epoch, step_, images_per_sec, last_train_loss_,
-                    shared_.schedule->lr_at(step_ - 1), interval_total_ > 0 ? interval_input_ / interval_total_ : 0.0, {}};
-  line.devices = report_gpus(line.input_wait_fraction);
-  shared_.progress.update(line);
-  for (MetricsSink* sink : shared_.setup.sinks) {
-    sink->scalar("train/loss", last_train_loss_, step_);
-    sink->scalar("train/top1", s[1] / s[2], step_);
-    sink->scalar("train/lr", line.lr, step_);
-    sink->scalar("train/images_per_sec", images_per_sec, step_);
-    sink->scalar("train/input_wait_fraction", line.input_wait_fraction, step_);
+  StepReport& r = report_;
+  r.has_metrics = false;
+  if (log_now) {
+    // The one read of the device per log line, ordered after this replica's queued steps.
+    host_stats_.copy_from(stats_);
+    stats_.zero_();
+    host_comm_->all_reduce(host_stats_, distribute::ReduceOp::kSum);
   }
-  interval_input_ = interval_total_ = 0;
+  if (rank_ != 0) return;
+  r.step = step_;
+  r.epoch = epoch;
+  r.epochs = config_.loop.steps > 0 ? 0 : config_.loop.epochs;
+  r.step_in_epoch = step_in_epoch;
+  r.steps_per_epoch = shared_.setup.steps_per_epoch;
+  r.lr = lr_at(step_ - 1);
+  const float* s = host_stats_.data<float>();
+  const size_t metrics = train_metrics_.size();
+  if (log_now && s[metrics] != 0) {
+    const float examples = s[metrics];  // float division, as the figures have always been
+    r.has_metrics = true;
+    r.scalars.values.clear();
+    last_train_loss_ = s[0] / examples;
+    r.loss = last_train_loss_;
+    r.images_per_sec = interval_total_ > 0 ? examples / interval_total_ : 0.0;
+    r.input_wait_fraction = interval_total_ > 0 ? interval_input_ / interval_total_ : 0.0;
+    r.devices = report_gpus(r.input_wait_fraction);
+    for (size_t i = 0; i < metrics; ++i) r.scalars.add("train/" + train_metrics_[i], s[i] / examples);
+    r.scalars.add("train/lr", r.lr);
+    r.scalars.add("train/images_per_sec", r.images_per_sec);
+    r.scalars.add("train/input_wait_fraction", r.input_wait_fraction);
+    interval_input_ = interval_total_ = 0;
+  }
+  shared_.for_each_callback([&](Callback& c) { c.on_step_end(r, shared_.control); });
 }
-
-}  // namespace tandem::train
-
-namespace tandem::train {
 
 std::string ReplicaLoop::report_gpus(double input_wait_fraction) {
   Trainer::Shared& s = shared_;
@@ -367,20 +415,88 @@ std::string ReplicaLoop::report_gpus(double input_wait_fraction) {
     const backend::GpuSample& g = s.gpu_samples[i];
     text += (i == 0 ? "" : " | ") + backend::format_gpu_sample(g);
     std::string prefix = fmt::format("gpu{}/", g.index);
-    for (MetricsSink* sink : s.setup.sinks) {
-      // NVML leaves out what a board does not report (NaN): no made-up zeros in the curves.
-      if (std::isfinite(g.utilization_percent)) sink->scalar(prefix + "utilization_percent", g.utilization_percent, step_);
-      if (std::isfinite(g.memory_used_mb)) sink->scalar(prefix + "memory_used_mb", g.memory_used_mb, step_);
-      if (std::isfinite(g.power_watts)) sink->scalar(prefix + "power_watts", g.power_watts, step_);
-    }
+    // NVML leaves out what a board does not report (NaN): no made-up zeros in the curves.
+    Scalars& out = report_.scalars;
+    if (std::isfinite(g.utilization_percent)) out.add(prefix + "utilization_percent", g.utilization_percent);
+    if (std::isfinite(g.memory_used_mb)) out.add(prefix + "memory_used_mb", g.memory_used_mb);
+    if (std::isfinite(g.power_watts)) out.add(prefix + "power_watts", g.power_watts);
     std::string verdict = backend::gpu_idle_verdict(g.utilization_percent, input_wait_fraction);
     if (!verdict.empty() && !s.gpu_idle_warned[i]) {
       s.gpu_idle_warned[i] = 1;
-      s.progress.finish_line();
+      finish_progress_line();
       spdlog::warn("cuda:{} at step {}: {}", g.index, step_, verdict);
     }
   }
   return text;
+}
+
+void ReplicaLoop::evaluate(int64_t step) {
+  auto& sources = shared_.setup.eval_sources;
+  if (sources.empty()) return;
+  EvalSums mine = evaluate_pass(*ctx_, *model_, *sources[static_cast<size_t>(rank_)], task_);
+  // Each replica evaluated a different shard; the sums over replicas are the whole set's.
+  std::vector<float> values;
+  for (double v : mine.sums) values.push_back(static_cast<float>(v));
+  values.push_back(static_cast<float>(mine.examples));
+  Tensor sums = Tensor::from_vector(values, {static_cast<int64_t>(values.size())}).to(ctx_->device());
+  comm_->all_reduce(sums, distribute::ReduceOp::kSum);
+  std::vector<float> s = sums.to_vector();
+  const float examples = s.back();
+  if (rank_ != 0 || examples == 0) return;
+  const std::vector<std::string> names = task_.eval_metrics();
+  EvalReport report;
+  report.step = step;
+  report.examples = static_cast<int64_t>(examples);
+  std::vector<double> means;
+  for (size_t i = 0; i < names.size(); ++i) {
+    means.push_back(s[i] / examples);
+    shared_.summary.final_metrics["eval_" + names[i]] = means.back();
+    report.scalars.add("eval/" + names[i], means.back());
+  }
+  report.text = task_.describe_eval(means);
+  finish_progress_line();
+  shared_.for_each_callback([&](Callback& c) { c.on_eval_end(report, shared_.control); });
+}
+
+void ReplicaLoop::checkpoint(int64_t epoch, int64_t batches_into_epoch, const Batch* last_trained,
+                             std::optional<uint32_t> next_fingerprint) {
+  if (last_checkpoint_step_ == step_) return;  // the same state is saved already
+  last_checkpoint_step_ = step_;
+  ReplicaState& mine = shared_.positions[static_cast<size_t>(rank_)];
+  // batches: this replica's batches into the epoch (equal on every replica: they step together);
+  // with the global batch they give the global position a run with another replica count resumes from.
+  mine.data_position = {{"epoch", epoch}, {"batches", batches_into_epoch}, {"global_batch", plan_.global_batch_size}};
+  if (last_trained != nullptr && batches_into_epoch > 0) {
+    mine.data_position["fingerprint_of"] = "last";
+    mine.data_position["fingerprint"] = batch_fingerprint(*last_trained);
+  } else if (next_fingerprint) {
+    mine.data_position["fingerprint_of"] = "next";
+    mine.data_position["fingerprint"] = *next_fingerprint;
+  }
+  mine.rng = ctx_->generator().state();
+  // The checksum is a collective, so it also orders every replica's position write before the save.
+  distribute::verify_parameters(*comm_, *model_, buffers_identical_);
+  if (rank_ == 0) {
+    CheckpointMeta meta;
+    meta.step = step_;
+    meta.epoch = epoch;
+    meta.replicas = shared_.positions;
+    meta.config = shared_.setup.resolved_config;
+    meta.metrics = shared_.summary.final_metrics;
+    meta.metrics["train_" + train_metrics_.front()] = last_train_loss_;
+    meta.lr_scale = shared_.control.lr_scale();
+    for (const auto& callback : shared_.setup.callbacks) {
+      if (!callback->state_key().empty()) meta.callbacks[callback->state_key()] = callback->save_state();
+    }
+    finish_progress_line();
+    shared_.checkpoints->save(*model_, *optimizer_, meta);  // logs where it went
+    CheckpointReport report{step_, epoch, shared_.checkpoints->path_for_step(step_)};
+    // MetricsWriter flushes here: metrics up to the checkpoint reach the disk with it, and a kill
+    // from here on loses only rows a resumed run writes again.
+    shared_.for_each_callback([&](Callback& c) { c.on_checkpoint(report, shared_.control); });
+  }
+  // No replica may write its next position before replica 0 has copied them all.
+  reduce_scalar_sum(0.0);
 }
 
 }  // namespace tandem::train

@@ -4,8 +4,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include <set>
 #include <thread>
 
+#include "engine/train/classification_task.h"
+#include "engine/train/progress.h"
 #include "engine/train/replica.h"
 
 namespace tandem::train {
@@ -44,6 +47,13 @@ void check_setup(const TrainerSetup& s) {
   TANDEM_CHECK(s.eval_sources.empty() || static_cast<int>(s.eval_sources.size()) == r, ErrorCode::kInvalidArgument,
                "trainer: {} replicas but {} evaluation sources", r, s.eval_sources.size());
   TANDEM_CHECK(s.make_model != nullptr, ErrorCode::kInvalidArgument, "trainer: no model factory");
+  std::set<std::string> keys;
+  for (const auto& callback : s.callbacks) {
+    TANDEM_CHECK(callback != nullptr, ErrorCode::kInvalidArgument, "trainer: a null callback");
+    const std::string key = callback->state_key();
+    TANDEM_CHECK(key.empty() || keys.insert(key).second, ErrorCode::kInvalidArgument,
+                 "trainer: two callbacks save their state under '{}': state keys must be unique", key);
+  }
   const Device first = s.plan.devices.front();
   for (const Device& d : s.plan.devices) {
     TANDEM_CHECK(d.type == first.type, ErrorCode::kInvalidArgument,
@@ -88,12 +98,30 @@ void open_gpu_monitor(Trainer::Shared& s) {
   s.gpu_idle_warned.assign(s.gpu_indices.size(), 0);
 }
 
+// The callbacks' state and learning-rate scale as the checkpoint saved them.
+void restore_callbacks(Trainer::Shared& s) {
+  s.control.set_lr_scale(s.resume->lr_scale);
+  for (const auto& callback : s.setup.callbacks) {
+    const std::string key = callback->state_key();
+    if (key.empty()) continue;
+    auto saved = s.resume->callbacks.find(key);
+    if (saved != s.resume->callbacks.end()) {
+      callback->load_state(saved->second);
+    } else {
+      spdlog::warn("the checkpoint of step {} has no state for callback '{}' (added since?): it starts afresh",
+                   s.resume->step, key);
+    }
+  }
+}
+
 }  // namespace
 
 Trainer::Trainer(TrainerSetup setup) {
   check_setup(setup);
-  Progress progress(setup.terminal, setup.config.loop.log_every_steps);
-  shared_ = std::make_unique<Shared>(std::move(setup), progress);
+  if (!setup.task) {
+    setup.task = std::make_shared<ImageClassification>(setup.config.model, setup.config.loop.label_smoothing);
+  }
+  shared_ = std::make_unique<Shared>(std::move(setup));
   Shared& s = *shared_;
   const TrainConfig& c = s.setup.config;
   distribute::CommunicatorOptions comm_options;
@@ -119,8 +147,7 @@ Trainer::Trainer(TrainerSetup setup) {
     spdlog::info("resuming from {} (step {}, epoch {})", path->string(), s.resume->step, s.resume->epoch);
     log_replica_change(*s.resume, s.setup.plan);
   }
-  // A fresh start too: rows a killed run wrote before its first checkpoint are written again.
-  for (MetricsSink* sink : s.setup.sinks) sink->resume_at(s.resume ? s.resume->step : 0);
+  if (s.resume) restore_callbacks(s);
   s.positions.resize(static_cast<size_t>(s.setup.plan.replicas()));
 }
 
@@ -148,9 +175,9 @@ RunSummary Trainer::run() {
     });
   }
   for (auto& t : threads) t.join();
-  s.progress.finish_line();
+  finish_progress_line();
   if (s.first_error) std::rethrow_exception(s.first_error);
-  for (MetricsSink* sink : s.setup.sinks) sink->flush();
+  for (const auto& callback : s.setup.callbacks) callback->on_train_end(s.summary);
   return s.summary;
 }
 

@@ -1,6 +1,8 @@
 // The training loop: one thread per replica, each with its own model, optimizer, context and
 // batch source, kept identical by a bucketed all-reduce of gradients. Replicas agree at every
 // step that each has a full batch, so an uneven shard ends the epoch for all, never a hang.
+// What a step computes comes from a Task (task.h); what a program sees and steers, from its
+// Callbacks (callback.h).
 #pragma once
 
 #include <atomic>
@@ -10,11 +12,13 @@
 #include <string>
 #include <vector>
 
+#include "engine/core/batch.h"
 #include "engine/distribute/replica_plan.h"
 #include "engine/nn/module.h"
-#include "engine/train/batch_source.h"
+#include "engine/train/callback.h"
 #include "engine/train/config.h"
 #include "engine/train/metrics.h"
+#include "engine/train/task.h"
 
 namespace tandem::train {
 
@@ -22,14 +26,22 @@ struct TrainerSetup {
   TrainConfig config;
   distribute::ReplicaPlan plan;
   // Builds one replica's model on the host; replica 0's initial weights are broadcast to all.
+  // Called once on each replica's thread, with the same seed set for nn::init on every one.
   std::function<std::shared_ptr<nn::Module>()> make_model;
+  // The loss and metrics of a step; null: ImageClassification(config.model, loop.label_smoothing).
+  // One object serves every replica thread: its methods must not change shared state.
+  std::shared_ptr<Task> task;
   std::vector<std::unique_ptr<BatchSource>> train_sources;  // one per replica
   std::vector<std::unique_ptr<BatchSource>> eval_sources;   // one per replica, or none
   int64_t steps_per_epoch = 0;  // known from the shard plan; 0 when unknown
-  std::vector<MetricsSink*> sinks;
+  // Called in this order from replica 0's thread (callback.h); the CLI adds MetricsWriter and
+  // ProgressLogger (callbacks.h).
+  std::vector<std::shared_ptr<Callback>> callbacks;
   std::filesystem::path run_dir;
   std::string resolved_config;  // stored in checkpoints
-  bool terminal = false;        // progress bar instead of log lines
+  // Metrics are read from the device at every step on CPU replicas (a progress bar redrawn on a
+  // terminal), not only every loop.log_every_steps.
+  bool terminal = false;
   // When it turns non-zero (StopSignals::flag(), or any flag a program sets), every replica stops
   // after the same step, a checkpoint of that step is saved, and run() returns with
   // RunSummary::stop_signal set to its value. Null: run to the end.
@@ -46,8 +58,9 @@ class Trainer {
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
-  // Trains to the end (epochs or steps), evaluating and checkpointing as configured. Throws the
-  // first replica's error (the root cause, not the other replicas' "aborted").
+  // Trains to the end (epochs or steps), evaluating and checkpointing as configured, or until a
+  // callback or the stop flag ends it early. Throws the first replica's error (the root cause,
+  // not the other replicas' "aborted").
   RunSummary run();
 
   struct Shared;  // the state replica threads share (engine/train/replica.h), internal

@@ -10,7 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/core/error.h"
-#include "tests/tools/run_outputs_test_util.h"
+#include "tests/support/files.h"
+#include "tests/support/temp_dir.h"
 #include "tools/trainer/run_outputs.h"
 
 namespace tandem::tools {

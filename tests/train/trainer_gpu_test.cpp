@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "engine/backend/plugin_loader.h"
+#include "engine/train/callbacks.h"
+#include "engine/train/classification_task.h"
 #include "engine/train/trainer.h"
 #include "models/registry.h"
 #include "tests/support/temp_dir.h"
@@ -89,8 +91,8 @@ class DeviceSliceSource : public BatchSource {
     }
     // Synchronous copies, ordered on the replica's stream (its thread is bound): the host
     // tensors may die as soon as this returns.
-    batch.x = x.to(device_);
-    batch.labels = labels.to(device_);
+    batch.set(kImage, x.to(device_));
+    batch.set(kLabel, labels.to(device_));
     ++k_;
     return true;
   }
@@ -155,13 +157,13 @@ TrainedRun train(const TrainConfig& config, const Dataset& data, const Where& wh
     setup.train_sources.push_back(
         std::make_unique<DeviceSliceSource>(data, r, replicas, setup.plan.per_replica_batch_size));
   }
-  LossRecorder recorder;
-  setup.sinks = {&recorder};
+  auto recorder = std::make_shared<LossRecorder>();
+  setup.callbacks = {std::make_shared<MetricsWriter>(recorder)};
   setup.run_dir = config.output.run_dir;
   Trainer trainer(std::move(setup));
   TrainedRun run;
   run.summary = trainer.run();
-  run.losses = recorder.losses;
+  run.losses = recorder->losses;
   run.weights = host_weights(*built.front());
   // Every replica ends with bitwise the same parameters (NCCL's all-reduce gives every rank the same sum).
   for (auto& m : built) EXPECT_EQ(host_weights(*m), run.weights);

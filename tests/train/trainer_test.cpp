@@ -10,6 +10,8 @@
 #include <thread>
 
 #include "engine/train/checkpoint.h"
+#include "engine/train/callbacks.h"
+#include "engine/train/classification_task.h"
 #include "engine/train/trainer.h"
 #include "models/registry.h"
 
@@ -54,13 +56,15 @@ class SliceSource : public BatchSource {
     int64_t batches = static_cast<int64_t>(perm_.size()) / global;
     if (limit_ >= 0) batches = std::min(batches, limit_);
     if (k_ >= batches) return false;
-    batch.x = Tensor::empty({b_, 1, 6, 6});
-    batch.labels = Tensor::empty({b_}, DType::kI64);
+    Tensor x = Tensor::empty({b_, 1, 6, 6});
+    Tensor labels = Tensor::empty({b_}, DType::kI64);
     for (int64_t i = 0; i < b_; ++i) {
       int64_t e = perm_[static_cast<size_t>(k_ * global + rank_ * b_ + i)];
-      std::copy_n(data_.x.data<float>() + e * 36, 36, batch.x.data<float>() + i * 36);
-      batch.labels.data<int64_t>()[i] = data_.labels.data<int64_t>()[e];
+      std::copy_n(data_.x.data<float>() + e * 36, 36, x.data<float>() + i * 36);
+      labels.data<int64_t>()[i] = data_.labels.data<int64_t>()[e];
     }
+    batch.set(kImage, x);
+    batch.set(kLabel, labels);
     ++k_;
     return true;
   }

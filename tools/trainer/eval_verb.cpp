@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include "engine/train/checkpoint.h"
+#include "engine/train/classification_task.h"
 #include "engine/train/evaluation.h"
 #include "models/registry.h"
 #include "tools/trainer/prepare_data.h"
@@ -33,8 +34,12 @@ int run_eval(const EvalArgs& args) {
   train::CheckpointMeta meta = train::CheckpointManager::load(args.checkpoint, *model, nullptr);
   auto sources = make_sources(config.eval_data.value_or(config.data), plan, c, true, nullptr);
   ExecutionContext ctx(Device::cpu(), plan.threads_per_replica, c.seed);
-  train::EvalSums s = train::evaluate_pass(ctx, *model, *sources.front(), c.loop.label_smoothing, &c.model);
-  TANDEM_CHECK(s.examples > 0, ErrorCode::kFailedPrecondition, "eval: the evaluation data yielded no examples");
+  train::ImageClassification task(c.model, c.loop.label_smoothing);
+  train::EvalSums e = train::evaluate_pass(ctx, *model, *sources.front(), task);
+  TANDEM_CHECK(e.examples > 0, ErrorCode::kFailedPrecondition, "eval: the evaluation data yielded no examples");
+  struct {
+    double loss, top1, top5, examples;
+  } s{e.sums[0], e.sums[1], e.sums[2], e.examples};
   nlohmann::json out = {{"checkpoint", args.checkpoint}, {"step", meta.step},
                         {"examples", static_cast<int64_t>(s.examples)}, {"loss", s.loss / s.examples},
                         {"top1", s.top1 / s.examples}, {"top5", s.top5 / s.examples}};

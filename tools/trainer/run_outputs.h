@@ -1,5 +1,6 @@
 // What a training run leaves in its directory besides checkpoints: the directory itself, the
-// metric sinks (metrics.csv, TensorBoard events) and run_summary.json. docs/OUTPUTS.md has the
+// run_summary.json (metrics.csv and TensorBoard events are written by
+// engine/train/metrics_csv_sink.h and data/tensorboard_sink.h). docs/OUTPUTS.md has the
 // layout and each file's format.
 #pragma once
 
@@ -8,8 +9,6 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/train/metrics.h"
-#include "tools/trainer/metrics_csv_sink.h"
-#include "tools/trainer/tensorboard_sink.h"
 
 namespace tandem::tools {
 

@@ -7,7 +7,7 @@
 #include "data/pipeline/replica_pipeline.h"
 #include "engine/backend/doctor/doctor.h"
 #include "models/registry.h"
-#include "tools/trainer/pipeline_source.h"
+#include "data/pipeline/pipeline_batch_source.h"
 
 namespace tandem::tools {
 
@@ -29,7 +29,7 @@ distribute::ReplicaPlan plan_for(const train::TrainConfig& c) {
   return distribute::plan_replicas(request);
 }
 
-std::vector<std::unique_ptr<train::BatchSource>> make_sources(data::PipelineConfig config,
+std::vector<std::unique_ptr<BatchSource>> make_sources(data::PipelineConfig config,
                                                               const distribute::ReplicaPlan& plan,
                                                               const train::TrainConfig& train, bool for_eval,
                                                               int64_t* steps_per_epoch) {
@@ -39,11 +39,11 @@ std::vector<std::unique_ptr<train::BatchSource>> make_sources(data::PipelineConf
   if (config.seed == 0) config.seed = train.seed;
   if (for_eval) config.drop_remainder = false;  // every evaluation example counts
   data::ReplicaPipelines pipelines = data::build_replica_pipelines(config, plan.replicas());
-  std::vector<std::unique_ptr<train::BatchSource>> sources;
+  std::vector<std::unique_ptr<BatchSource>> sources;
   int64_t fewest = INT64_MAX;
   int fewest_rank = 0;
   for (int r = 0; r < plan.replicas(); ++r) {
-    sources.push_back(std::make_unique<PipelineBatchSource>(pipelines.datasets[static_cast<size_t>(r)],
+    sources.push_back(std::make_unique<data::PipelineBatchSource>(pipelines.datasets[static_cast<size_t>(r)],
                                                             train.model.channels_last, pipelines.budget));
     const int64_t expected = pipelines.plan.replicas[static_cast<size_t>(r)].expected_records;
     if (expected < fewest) {

@@ -18,7 +18,7 @@ distribute::ReplicaPlan plan_for(const train::TrainConfig& config);
 
 // Sources for every replica from a data section, with the plan's per-replica batch; logs the
 // shard plan. steps_per_epoch is set when the record counts are known (else left as is).
-std::vector<std::unique_ptr<train::BatchSource>> make_sources(data::PipelineConfig config,
+std::vector<std::unique_ptr<BatchSource>> make_sources(data::PipelineConfig config,
                                                               const distribute::ReplicaPlan& plan,
                                                               const train::TrainConfig& train, bool for_eval,
                                                               int64_t* steps_per_epoch);

@@ -6,12 +6,13 @@
 #include <fstream>
 #include <optional>
 
+#include "data/tensorboard_sink.h"
+#include "engine/train/callbacks.h"
+#include "engine/train/metrics_csv_sink.h"
 #include "engine/train/run_lock.h"
 #include "engine/train/stop_signals.h"
-#include "tools/trainer/metrics_csv_sink.h"
 #include "tools/trainer/prepare_data.h"
 #include "tools/trainer/run_outputs.h"
-#include "tools/trainer/tensorboard_sink.h"
 #include "tools/trainer/train_setup.h"
 #include "tools/trainer/verbs.h"
 
@@ -63,10 +64,13 @@ int run_training(const TrainArgs& args) {
   write_text(run_dir / "config.yaml", config.resolved_yaml + "\n");
   ensure_data(config);
   train::TrainerSetup setup = make_trainer_setup(config, plan, run_dir);
-  std::unique_ptr<TensorBoardSink> events;
-  std::unique_ptr<MetricsCsvSink> csv;
-  if (config.train.output.tensorboard) setup.sinks.push_back((events = std::make_unique<TensorBoardSink>(run_dir)).get());
-  if (config.train.output.metrics_csv) setup.sinks.push_back((csv = std::make_unique<MetricsCsvSink>(run_dir)).get());
+  if (config.train.output.tensorboard) {
+    setup.callbacks.push_back(std::make_shared<train::MetricsWriter>(std::make_shared<data::TensorBoardSink>(run_dir)));
+  }
+  if (config.train.output.metrics_csv) {
+    setup.callbacks.push_back(std::make_shared<train::MetricsWriter>(std::make_shared<train::MetricsCsvSink>(run_dir)));
+  }
+  setup.callbacks.push_back(std::make_shared<train::ProgressLogger>(setup.terminal, config.train.loop.log_every_steps));
   auto start = std::chrono::steady_clock::now();
   train::StopSignals signals;  // the first SIGINT/SIGTERM stops after the step, with a checkpoint
   setup.stop = &signals.flag();

@@ -10,10 +10,11 @@
 #include <vector>
 
 #include "engine/core/error.h"
-#include "tests/tools/run_outputs_test_util.h"
-#include "tools/trainer/metrics_csv_sink.h"
+#include "tests/support/files.h"
+#include "tests/support/temp_dir.h"
+#include "engine/train/metrics_csv_sink.h"
 
-namespace tandem::tools {
+namespace tandem::train {
 namespace {
 
 using testing::read_file;
@@ -203,4 +204,4 @@ TEST(MetricsCsvSinkTest, ClosedSinkRefusesScalars) {
 }
 
 }  // namespace
-}  // namespace tandem::tools
+}  // namespace tandem::train

@@ -10,11 +10,12 @@
 
 #include "data/tfrecord_reader.h"
 #include "engine/core/error.h"
-#include "tests/tools/run_outputs_test_util.h"
+#include "tests/support/files.h"
+#include "tests/support/temp_dir.h"
 #include "third_party/tensorboard/event.pb.h"
-#include "tools/trainer/tensorboard_sink.h"
+#include "data/tensorboard_sink.h"
 
-namespace tandem::tools {
+namespace tandem::data {
 namespace {
 
 using testing::TempDir;
@@ -203,4 +204,4 @@ TEST(TensorBoardSinkTest, ErrorsAreTandemErrors) {
 }
 
 }  // namespace
-}  // namespace tandem::tools
+}  // namespace tandem::data

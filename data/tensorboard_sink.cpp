@@ -1,6 +1,6 @@
 // TensorBoardSink: builds tensorflow.Event protos (third_party/tensorboard) and frames them with
-// data::TFRecordWriter, which is exactly what TensorFlow's EventsWriter puts on disk.
-#include "tools/trainer/tensorboard_sink.h"
+// TFRecordWriter, which is exactly what TensorFlow's EventsWriter puts on disk.
+#include "data/tensorboard_sink.h"
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -12,7 +12,7 @@
 #include "engine/core/error.h"
 #include "third_party/tensorboard/event.pb.h"
 
-namespace tandem::tools {
+namespace tandem::data {
 namespace {
 
 std::string host_name() {
@@ -50,7 +50,7 @@ TensorBoardSink::TensorBoardSink(const std::filesystem::path& run_dir, double fl
       last_flush_(std::chrono::steady_clock::now()) {
   TANDEM_CHECK(flush_every_s >= 0, ErrorCode::kInvalidArgument, "TensorBoardSink: flush interval {} s is negative",
                flush_every_s);
-  writer_ = std::make_unique<data::TFRecordWriter>(path_.string());
+  writer_ = std::make_unique<TFRecordWriter>(path_.string());
   tensorflow::Event event;
   event.set_wall_time(wall_time_now());
   event.set_file_version("brain.Event:2");
@@ -115,8 +115,8 @@ void TensorBoardSink::close() {
   std::lock_guard lock(mutex_);
   if (!writer_) return;
   // Released before close() can throw, so the destructor never tries a second time.
-  std::unique_ptr<data::TFRecordWriter> writer = std::move(writer_);
+  std::unique_ptr<TFRecordWriter> writer = std::move(writer_);
   writer->close();
 }
 
-}  // namespace tandem::tools
+}  // namespace tandem::data

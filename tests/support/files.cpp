@@ -1,12 +1,12 @@
-// Temporary folders and whole-file I/O for tests/tools.
-#include "tests/tools/run_outputs_test_util.h"
+// Whole-file reads and writes for tests.
+#include "tests/support/files.h"
 
 
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
 
-namespace tandem::tools::testing {
+namespace tandem::testing {
 
 std::string read_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
@@ -29,4 +29,4 @@ std::vector<std::string> split_lines(const std::string& text) {
   return lines;
 }
 
-}  // namespace tandem::tools::testing
+}  // namespace tandem::testing

@@ -1,6 +1,6 @@
 // MetricsCsvSink: a plain append-only file written with checked POSIX calls; rows are batched in
 // memory and written at flush points, so a step costs no system call.
-#include "tools/trainer/metrics_csv_sink.h"
+#include "engine/train/metrics_csv_sink.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -17,7 +17,7 @@
 #include "engine/core/error.h"
 #include "engine/train/checkpoint_posix.h"
 
-namespace tandem::tools {
+namespace tandem::train {
 namespace {
 
 using train::posix::throw_errno;
@@ -237,4 +237,4 @@ void MetricsCsvSink::close() {
   if (::close(fd) != 0 && errno != EINTR) throw_errno("close", path_, errno);
 }
 
-}  // namespace tandem::tools
+}  // namespace tandem::train

@@ -9,15 +9,15 @@
 #include <mutex>
 #include <string>
 
-#include "engine/train/metrics.h"
+#include "engine/core/metrics_sink.h"
 
 namespace tandem::data {
 class TFRecordWriter;
 }
 
-namespace tandem::tools {
+namespace tandem::data {
 
-class TensorBoardSink final : public train::MetricsSink {
+class TensorBoardSink final : public MetricsSink {
  public:
   // Creates the event file in run_dir (which must exist) and writes its first record, the
   // file_version event "brain.Event:2". Records reach the file at flush() and, when scalars keep
@@ -43,7 +43,7 @@ class TensorBoardSink final : public train::MetricsSink {
   void write_event(const std::string& serialized);
 
   std::filesystem::path path_;
-  std::unique_ptr<data::TFRecordWriter> writer_;
+  std::unique_ptr<TFRecordWriter> writer_;
   std::chrono::steady_clock::duration flush_every_;
   std::chrono::steady_clock::time_point last_flush_;
   std::mutex mutex_;  // sinks are called from replica 0's thread and flushed from the caller's
@@ -53,4 +53,4 @@ class TensorBoardSink final : public train::MetricsSink {
 // ".<n>" suffix when a file of that name exists already (two sinks started in the same second).
 std::filesystem::path tensorboard_event_file_path(const std::filesystem::path& run_dir, int64_t unix_seconds);
 
-}  // namespace tandem::tools
+}  // namespace tandem::data

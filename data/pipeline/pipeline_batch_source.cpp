@@ -1,10 +1,10 @@
-#include "tools/trainer/pipeline_source.h"
+#include "data/pipeline/pipeline_batch_source.h"
 
 #include "engine/core/error.h"
 
-namespace tandem::tools {
+namespace tandem::data {
 
-PipelineBatchSource::PipelineBatchSource(data::Dataset dataset, bool channels_last, data::PipelineBudget budget)
+PipelineBatchSource::PipelineBatchSource(Dataset dataset, bool channels_last, PipelineBudget budget)
     : dataset_(std::move(dataset)), channels_last_(channels_last), budget_(budget) {}
 
 void PipelineBatchSource::bind(ExecutionContext& ctx) {
@@ -18,25 +18,25 @@ void PipelineBatchSource::start_epoch(int64_t epoch) {
   iterator_.reset();    // stops and joins the previous epoch's threads first
   iterator_.emplace(dataset_.make_iterator(epoch, budget_));
   if (!device_.is_cpu()) {
-    prefetcher_ = std::make_unique<data::DevicePrefetcher>(std::move(*iterator_), device_, compute_);
+    prefetcher_ = std::make_unique<DevicePrefetcher>(std::move(*iterator_), device_, compute_);
     iterator_.reset();
   }
 }
 
-bool PipelineBatchSource::next(train::Batch& batch) {
+bool PipelineBatchSource::next(Batch& batch) {
   TANDEM_CHECK(iterator_.has_value() || prefetcher_, ErrorCode::kFailedPrecondition,
                "batch source: next() before start_epoch()");
-  data::Element element;
+  Element element;
   if (prefetcher_) {
     if (!prefetcher_->next(&element.tensors)) return false;
   } else if (!iterator_->next(&element)) {
     return false;
   }
-  batch = to_batch(element, channels_last_);
+  fill_image_batch(element, channels_last_, batch);
   return true;
 }
 
-train::Batch to_batch(const data::Element& element, bool channels_last) {
+void fill_image_batch(const Element& element, bool channels_last, Batch& batch) {
   TANDEM_CHECK(element.tensors.size() >= 2, ErrorCode::kInvalidArgument,
                "loader batch from {} has {} tensors; the training loop needs an image and a label "
                "(set data.image.label_key)",
@@ -51,18 +51,16 @@ train::Batch to_batch(const data::Element& element, bool channels_last) {
                ErrorCode::kInvalidArgument, "loader batch: labels are {} for images {}", labels.describe(),
                images.describe());
   const Shape& s = images.shape();
-  train::Batch batch;
-  batch.x = channels_last ? images.view({s[0], s[3], s[1], s[2]}, MemoryFormat::kChannelsLast) : images;
-  batch.labels = labels;
-  return batch;
+  batch.set("image", channels_last ? images.view({s[0], s[3], s[1], s[2]}, MemoryFormat::kChannelsLast) : images);
+  batch.set("label", labels);
 }
 
-}  // namespace tandem::tools
+}  // namespace tandem::data
 
-namespace tandem::tools {
+namespace tandem::data {
 
 double PipelineBatchSource::copy_seconds() const {
   return copied_before_ + (prefetcher_ ? prefetcher_->stats().copy_seconds : 0.0);
 }
 
-}  // namespace tandem::tools
+}  // namespace tandem::data

@@ -11,13 +11,13 @@
 #include <string>
 #include <string_view>
 
-#include "engine/train/metrics.h"
+#include "engine/core/metrics_sink.h"
 
-namespace tandem::tools {
+namespace tandem::train {
 
 inline constexpr std::string_view kMetricsCsvHeader = "wall_time,step,tag,value";
 
-class MetricsCsvSink final : public train::MetricsSink {
+class MetricsCsvSink final : public MetricsSink {
  public:
   // Opens run_dir/metrics.csv for appending: a resumed run adds rows under the ones it already
   // has. A new or empty file gets the header; an existing file with another first line is a
@@ -56,4 +56,4 @@ std::string metrics_csv_row(double wall_time, int64_t step, std::string_view tag
 // a kill left behind, say).
 std::optional<int64_t> metrics_csv_step(std::string_view row);
 
-}  // namespace tandem::tools
+}  // namespace tandem::train
