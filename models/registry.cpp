@@ -1,6 +1,8 @@
 #include "models/registry.h"
 
+#include <algorithm>
 #include <map>
+#include <mutex>
 
 #include "engine/core/suggest.h"
 #include "models/resnet.h"
@@ -29,15 +31,54 @@ const std::map<std::string, int>& cifar_resnets() {
   return table;
 }
 
-}  // namespace
+struct Registered {
+  std::mutex mutex;
+  std::map<std::string, ModelFactory> factories;
+};
 
-std::vector<std::string> model_names() {
+Registered& registered() {
+  static Registered r;
+  return r;
+}
+
+std::vector<std::string> built_in_names() {
   std::vector<std::string> names;
   for (const auto& [name, depth] : imagenet_resnets()) names.push_back(name);
   for (const auto& [name, depth] : cifar_resnets()) names.push_back(name);
   names.push_back("mlp");
   names.push_back("small_cnn");
   return names;
+}
+
+// The registered factory of name, or an empty one.
+ModelFactory registered_factory(const std::string& name) {
+  Registered& r = registered();
+  std::lock_guard lock(r.mutex);
+  auto it = r.factories.find(name);
+  return it == r.factories.end() ? ModelFactory() : it->second;
+}
+
+}  // namespace
+
+std::vector<std::string> model_names() {
+  std::vector<std::string> names = built_in_names();
+  Registered& r = registered();
+  std::lock_guard lock(r.mutex);
+  for (const auto& [name, factory] : r.factories) names.push_back(name);
+  return names;
+}
+
+void register_model(const std::string& name, ModelFactory factory) {
+  TANDEM_CHECK(!name.empty() && factory != nullptr, ErrorCode::kInvalidArgument,
+               "register_model: a model needs a name and a factory (got '{}'{})", name,
+               factory == nullptr ? ", no factory" : "");
+  const std::vector<std::string> built_in = built_in_names();
+  TANDEM_CHECK(std::find(built_in.begin(), built_in.end(), name) == built_in.end(), ErrorCode::kInvalidArgument,
+               "register_model: '{}' is a built-in model; register yours under another name", name);
+  Registered& r = registered();
+  std::lock_guard lock(r.mutex);
+  TANDEM_CHECK(r.factories.emplace(name, std::move(factory)).second, ErrorCode::kInvalidArgument,
+               "register_model: a model named '{}' is registered already", name);
 }
 
 std::shared_ptr<nn::Module> create_model(const ModelSpec& spec) {
@@ -57,6 +98,12 @@ std::shared_ptr<nn::Module> create_model(const ModelSpec& spec) {
     return make_mlp(spec.in_channels * spec.input_size * spec.input_size, spec.hidden, spec.num_classes);
   }
   if (spec.name == "small_cnn") return make_small_cnn(spec.in_channels, spec.num_classes);
+  if (ModelFactory factory = registered_factory(spec.name)) {
+    std::shared_ptr<nn::Module> model = factory(spec);
+    TANDEM_CHECK(model != nullptr, ErrorCode::kInvalidArgument, "the factory registered for model '{}' returned null",
+                 spec.name);
+    return model;
+  }
   throw_error(ErrorCode::kInvalidArgument, "unknown model '{}'{}; models: {}", spec.name,
               did_you_mean(spec.name, model_names()), fmt::join(model_names(), ", "));
 }

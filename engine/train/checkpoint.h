@@ -77,6 +77,11 @@ std::optional<int64_t> parse_step_directory_name(std::string_view name);
 // other; throws (DataLoss for damage, NotFound for a missing file) naming the checkpoint.
 CheckpointMeta validate_checkpoint(const std::filesystem::path& checkpoint);
 
+// After an evaluation at a checkpoint's step: the checkpoint's meta.json gets meta's metrics, lr
+// scale and callback states (which that evaluation changed), atomically, so that a run resumed
+// from it goes on as the run that wrote it did.
+void update_checkpoint_meta(const std::filesystem::path& checkpoint, const CheckpointMeta& meta);
+
 // Reads both tensor files whole, verifying every tensor's checksum (safetensors.h): DataLoss names
 // the damaged tensor. resume: auto runs it on its candidate, so a damaged newest one is skipped.
 void verify_checkpoint_data(const std::filesystem::path& checkpoint);

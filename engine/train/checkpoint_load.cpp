@@ -8,6 +8,7 @@
 
 #include "engine/train/checkpoint.h"
 #include "engine/train/checkpoint_fs.h"
+#include "engine/train/checkpoint_posix.h"
 #include "engine/train/checkpoint_json.h"
 #include "engine/train/safetensors.h"
 
@@ -102,6 +103,14 @@ void load_optimizer(const std::filesystem::path& checkpoint, const CheckpointMet
 }
 
 }  // namespace
+
+void update_checkpoint_meta(const std::filesystem::path& checkpoint, const CheckpointMeta& meta) {
+  const std::filesystem::path meta_path = checkpoint / CheckpointManager::kMetaFile;
+  nlohmann::json j = read_meta_json(meta_path);
+  nlohmann::json fresh = meta_to_json(meta);
+  for (const char* key : {"metrics", "lr_scale", "callbacks"}) j[key] = fresh[key];
+  posix::write_file_atomically(meta_path, j.dump(2) + "\n");
+}
 
 CheckpointMeta validate_checkpoint(const std::filesystem::path& checkpoint) {
   TANDEM_CHECK(fs::is_directory(checkpoint), ErrorCode::kNotFound, "checkpoint '{}' is not a directory",

@@ -112,6 +112,8 @@ class ReplicaLoop {
   // next one (a stop request's); neither at an epoch's end.
   void checkpoint(int64_t epoch, int64_t batches_into_epoch, const Batch* last_trained = nullptr,
                   std::optional<uint32_t> next_fingerprint = std::nullopt);
+  // Replica 0: the metrics, lr scale and callback states a checkpoint keeps.
+  void fill_run_state(CheckpointMeta& meta) const;
   double reduce_scalar_sum(double value);
   bool done() const;
 

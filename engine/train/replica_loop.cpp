@@ -456,6 +456,22 @@ void ReplicaLoop::evaluate(int64_t step) {
   report.text = task_.describe_eval(means);
   finish_progress_line();
   shared_.for_each_callback([&](Callback& c) { c.on_eval_end(report, shared_.control); });
+  if (last_checkpoint_step_ == step) {
+    // The checkpoint of this step came first (an evaluation that fails must not lose the training):
+    // it gets what the evaluation changed, so a run resumed from it does not differ.
+    CheckpointMeta meta;
+    fill_run_state(meta);
+    update_checkpoint_meta(shared_.checkpoints->path_for_step(step), meta);
+  }
+}
+
+void ReplicaLoop::fill_run_state(CheckpointMeta& meta) const {
+  meta.metrics = shared_.summary.final_metrics;
+  meta.metrics["train_" + train_metrics_.front()] = last_train_loss_;
+  meta.lr_scale = shared_.control.lr_scale();
+  for (const auto& callback : shared_.setup.callbacks) {
+    if (!callback->state_key().empty()) meta.callbacks[callback->state_key()] = callback->save_state();
+  }
 }
 
 void ReplicaLoop::checkpoint(int64_t epoch, int64_t batches_into_epoch, const Batch* last_trained,
@@ -482,12 +498,7 @@ void ReplicaLoop::checkpoint(int64_t epoch, int64_t batches_into_epoch, const Ba
     meta.epoch = epoch;
     meta.replicas = shared_.positions;
     meta.config = shared_.setup.resolved_config;
-    meta.metrics = shared_.summary.final_metrics;
-    meta.metrics["train_" + train_metrics_.front()] = last_train_loss_;
-    meta.lr_scale = shared_.control.lr_scale();
-    for (const auto& callback : shared_.setup.callbacks) {
-      if (!callback->state_key().empty()) meta.callbacks[callback->state_key()] = callback->save_state();
-    }
+    fill_run_state(meta);
     finish_progress_line();
     shared_.checkpoints->save(*model_, *optimizer_, meta);  // logs where it went
     CheckpointReport report{step_, epoch, shared_.checkpoints->path_for_step(step_)};
