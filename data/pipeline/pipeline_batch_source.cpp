@@ -1,11 +1,18 @@
 #include "data/pipeline/pipeline_batch_source.h"
 
+#include <fmt/ranges.h>
+
 #include "engine/core/error.h"
 
 namespace tandem::data {
 
 PipelineBatchSource::PipelineBatchSource(Dataset dataset, bool channels_last, PipelineBudget budget)
     : dataset_(std::move(dataset)), channels_last_(channels_last), budget_(budget) {}
+
+PipelineBatchSource::PipelineBatchSource(Dataset dataset, std::vector<std::string> names, PipelineBudget budget)
+    : dataset_(std::move(dataset)), names_(std::move(names)), budget_(budget) {
+  TANDEM_CHECK(!names_.empty(), ErrorCode::kInvalidArgument, "PipelineBatchSource: no tensor names given");
+}
 
 void PipelineBatchSource::bind(ExecutionContext& ctx) {
   device_ = ctx.device();
@@ -32,7 +39,14 @@ bool PipelineBatchSource::next(Batch& batch) {
   } else if (!iterator_->next(&element)) {
     return false;
   }
-  fill_image_batch(element, channels_last_, batch);
+  if (names_.empty()) {
+    fill_image_batch(element, channels_last_, batch);
+    return true;
+  }
+  TANDEM_CHECK(element.tensors.size() == names_.size(), ErrorCode::kInvalidArgument,
+               "loader batch from {} has {} tensor(s) for the {} name(s) given ({})", element.file,
+               element.tensors.size(), names_.size(), fmt::join(names_, ", "));
+  for (size_t i = 0; i < names_.size(); ++i) batch.set(names_[i], element.tensors[i]);
   return true;
 }
 

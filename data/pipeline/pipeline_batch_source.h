@@ -7,6 +7,8 @@
 
 #include <memory>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "data/pipeline/dataset.h"
 #include "data/pipeline/device_prefetcher.h"
@@ -16,8 +18,11 @@ namespace tandem::data {
 
 class PipelineBatchSource final : public BatchSource {
  public:
-  // channels_last: the pipeline lays images out NHWC (else NCHW); budget: this replica's share.
+  // Image classification: channels_last says the pipeline lays images out NHWC (else NCHW);
+  // budget: this replica's share.
   PipelineBatchSource(Dataset dataset, bool channels_last, PipelineBudget budget);
+  // Any batched dataset: element tensor i becomes the batch's tensor names[i], as it is.
+  PipelineBatchSource(Dataset dataset, std::vector<std::string> names, PipelineBudget budget = {});
 
   void bind(ExecutionContext& ctx) override;
   void start_epoch(int64_t epoch) override;
@@ -28,7 +33,8 @@ class PipelineBatchSource final : public BatchSource {
 
  private:
   Dataset dataset_;
-  bool channels_last_;
+  bool channels_last_ = false;
+  std::vector<std::string> names_;  // empty: an image classification batch
   PipelineBudget budget_;
   std::optional<DatasetIterator> iterator_;
   Device device_ = Device::cpu();

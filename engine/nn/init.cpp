@@ -41,6 +41,10 @@ void kaiming_normal_fan_out(Tensor& w) {
   fill_host(w, [std] { return std * generator().normal(); });
 }
 
+void normal(Tensor& w, float std) {
+  fill_host(w, [std] { return std * generator().normal(); });
+}
+
 void uniform(Tensor& w, float bound) {
   fill_host(w, [bound] { return generator().uniform(-bound, bound); });
 }

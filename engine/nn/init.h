@@ -21,6 +21,8 @@ int64_t fan_out(const Shape& w);
 void kaiming_normal_fan_out(Tensor& w);
 // U(-bound, bound), for Linear (bound 1/sqrt(fan_in)) and conv/linear biases.
 void uniform(Tensor& w, float bound);
+// N(0, std^2) from this thread's generator.
+void normal(Tensor& w, float std);
 void constant(Tensor& w, float value);
 
 }  // namespace tandem::nn::init
