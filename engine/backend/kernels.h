@@ -4,64 +4,10 @@
 // Layout: 4-D tensors are logical (N, C, H, W) in either memory format; outputs take x's format.
 #pragma once
 
-#include <array>
-#include <cstdint>
-
-#include "engine/core/context.h"
-#include "engine/core/tensor.h"
+#include "engine/backend/op_params.h"
 
 namespace tandem::backend {
 
-struct Conv2dParams {
-  std::array<int64_t, 2> stride{1, 1};
-  std::array<int64_t, 2> padding{0, 0};
-  std::array<int64_t, 2> dilation{1, 1};
-  int64_t groups = 1;
-};
-
-struct Pool2dParams {
-  std::array<int64_t, 2> kernel{2, 2};
-  std::array<int64_t, 2> stride{2, 2};
-  std::array<int64_t, 2> padding{0, 0};
-  bool count_include_pad = true;  // average pooling only, as PyTorch's AvgPool2d default
-};
-
-struct BatchNormParams {
-  float eps = 1e-5f;
-  float momentum = 0.1f;   // running = (1 - momentum) * running + momentum * batch statistic
-  bool fuse_relu = false;  // y = relu(bn(x)); backward masks dy by y > 0 itself
-};
-
-// What training-mode batch norm keeps for its backward pass.
-struct BatchNormSaved {
-  Tensor mean;    // (C) f32, the batch mean
-  Tensor invstd;  // (C) f32, 1 / sqrt(biased batch variance + eps)
-  Tensor workspace;  // backend-defined (for example the fused ReLU mask); may be undefined
-};
-
-// PyTorch's SGD: d = dw + weight_decay w; v = momentum v + (1 - dampening) d (v = d on the
-// first step); d = d + momentum v (nesterov) or v; w -= lr d.
-struct SgdParams {
-  float lr = 0.1f;
-  float momentum = 0.0f;
-  float dampening = 0.0f;
-  float weight_decay = 0.0f;
-  bool nesterov = false;
-  bool first_step = false;  // the momentum buffers hold nothing yet
-};
-
-// PyTorch's AdamW: w *= 1 - lr weight_decay; m, v moving averages of dw and dw^2;
-// w -= lr m_hat / (sqrt(v_hat) + eps) with bias corrections for `step` (1-based).
-struct AdamWParams {
-  float lr = 1e-3f;
-  float beta1 = 0.9f;
-  float beta2 = 0.999f;
-  float eps = 1e-8f;
-  float weight_decay = 0.01f;
-  int64_t step = 1;
-};
-
-using Ctx = ExecutionContext;
 
 struct KernelTable {
   // (N, C, H, W) x, (K, C / groups, R, S) w, (K) b or undefined -> (N, K, P, Q) y

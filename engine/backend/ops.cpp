@@ -3,6 +3,8 @@
 // in x's memory format, call the device's kernel table.
 #include "engine/backend/ops.h"
 
+#include "engine/backend/kernels.h"
+
 #include "engine/backend/ops_validate.h"
 
 namespace tandem::backend {

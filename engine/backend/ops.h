@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "engine/backend/kernels.h"
+#include "engine/backend/op_params.h"
 
 namespace tandem::backend {
 

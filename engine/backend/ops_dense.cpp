@@ -1,6 +1,8 @@
 // The checked entry points of ops.h for matrix products, elementwise ops, the sum, softmax
 // cross-entropy and dropout: validate once, allocate outputs, call the device's kernel table.
 #include "engine/backend/ops.h"
+
+#include "engine/backend/kernels.h"
 #include "engine/backend/ops_validate.h"
 
 namespace tandem::backend {

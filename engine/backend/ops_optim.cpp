@@ -4,6 +4,8 @@
 #include <string_view>
 
 #include "engine/backend/ops.h"
+
+#include "engine/backend/kernels.h"
 #include "engine/backend/registry.h"
 
 namespace tandem::backend {

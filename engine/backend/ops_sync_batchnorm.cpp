@@ -4,6 +4,8 @@
 #include <utility>
 
 #include "engine/backend/ops.h"
+
+#include "engine/backend/kernels.h"
 #include "engine/backend/ops_validate.h"
 
 namespace tandem::backend {

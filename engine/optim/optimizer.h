@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "engine/autograd/variable.h"
-#include "engine/backend/kernels.h"
+#include "engine/backend/op_params.h"
 
 namespace tandem::optim {
 
