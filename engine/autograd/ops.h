@@ -16,12 +16,12 @@ using backend::Pool2dParams;
 Variable conv2d(ExecutionContext& ctx, const Variable& x, const Variable& w, const Variable& b,
                 const Conv2dParams& params);
 // Training mode: batch statistics, running statistics updated in place.
-Variable batch_norm_training(ExecutionContext& ctx, const Variable& x, const Variable& gamma, const Variable& beta,
-                             Tensor& running_mean, Tensor& running_var, const BatchNormParams& params);
+Variable batchnorm_training(ExecutionContext& ctx, const Variable& x, const Variable& gamma, const Variable& beta,
+                            Tensor& running_mean, Tensor& running_var, const BatchNormParams& params);
 // Inference mode: running statistics; gradients still flow to x, gamma and beta.
-Variable batch_norm_inference(ExecutionContext& ctx, const Variable& x, const Variable& gamma,
-                              const Variable& beta, const Tensor& running_mean, const Tensor& running_var,
-                              const BatchNormParams& params);
+Variable batchnorm_inference(ExecutionContext& ctx, const Variable& x, const Variable& gamma,
+                             const Variable& beta, const Tensor& running_mean, const Tensor& running_var,
+                             const BatchNormParams& params);
 Variable relu(ExecutionContext& ctx, const Variable& x);
 Variable max_pool2d(ExecutionContext& ctx, const Variable& x, const Pool2dParams& params);
 Variable avg_pool2d(ExecutionContext& ctx, const Variable& x, const Pool2dParams& params);

@@ -5,36 +5,36 @@
 namespace tandem::autograd {
 namespace {
 
-std::vector<Tensor> batch_norm_grads(backend::BatchNormGrads g, bool need_dx) {
+std::vector<Tensor> batchnorm_grads(backend::BatchNormGrads g, bool need_dx) {
   return {need_dx ? std::move(g.dx) : Tensor(), std::move(g.dgamma), std::move(g.dbeta)};
 }
 
 }  // namespace
 
-Variable batch_norm_training(ExecutionContext& ctx, const Variable& x, const Variable& gamma, const Variable& beta,
-                             Tensor& running_mean, Tensor& running_var, const BatchNormParams& params) {
+Variable batchnorm_training(ExecutionContext& ctx, const Variable& x, const Variable& gamma, const Variable& beta,
+                            Tensor& running_mean, Tensor& running_var, const BatchNormParams& params) {
   backend::BatchNormForward f =
       backend::batchnorm_forward_training(ctx, params, x.value(), gamma.value(), beta.value(), running_mean,
                                           running_var);
   Tensor xv = x.value(), gv = gamma.value(), y = f.y;
   backend::BatchNormSaved saved = std::move(f.saved);
   bool need_dx = x.requires_grad();
-  return make_op("batch_norm", std::move(f.y), {x, gamma, beta},
+  return make_op("batchnorm", std::move(f.y), {x, gamma, beta},
                  [&ctx, params, xv, gv, y, saved, need_dx](const Tensor& dy) {
-                   return batch_norm_grads(backend::batchnorm_backward(ctx, params, xv, y, dy, gv, saved), need_dx);
+                   return batchnorm_grads(backend::batchnorm_backward(ctx, params, xv, y, dy, gv, saved), need_dx);
                  });
 }
 
-Variable batch_norm_inference(ExecutionContext& ctx, const Variable& x, const Variable& gamma,
-                              const Variable& beta, const Tensor& running_mean, const Tensor& running_var,
-                              const BatchNormParams& params) {
+Variable batchnorm_inference(ExecutionContext& ctx, const Variable& x, const Variable& gamma,
+                             const Variable& beta, const Tensor& running_mean, const Tensor& running_var,
+                             const BatchNormParams& params) {
   Tensor y = backend::batchnorm_forward_inference(ctx, params, x.value(), gamma.value(), beta.value(), running_mean,
                                                   running_var);
   // Eval mode is for evaluation: a forward without NoGradGuard is fine, but a gradient through
   // frozen statistics is not provided yet, so backward says so instead of computing a wrong one.
-  return make_op("batch_norm_inference", std::move(y), {x, gamma, beta}, [](const Tensor&) -> std::vector<Tensor> {
+  return make_op("batchnorm_inference", std::move(y), {x, gamma, beta}, [](const Tensor&) -> std::vector<Tensor> {
     throw_error(ErrorCode::kUnimplemented,
-                "backward through batch_norm in eval mode (frozen statistics) is not supported: train the "
+                "backward through batchnorm in eval mode (frozen statistics) is not supported: train the "
                 "BatchNorm layers (module.train()) or keep them out of the loss's graph");
   });
 }

@@ -30,7 +30,7 @@ struct KernelTable {
                              const Tensor& gamma, const BatchNormSaved& saved, Tensor& dx, Tensor& dgamma,
                              Tensor& dbeta) = nullptr;
 
-  // SyncBatchNorm's halves (engine/autograd/sync_batch_norm.cpp): its statistics cross replicas
+  // SyncBatchNorm's halves (engine/autograd/sync_batchnorm_op.cpp): its statistics cross replicas
   // between them, so training batch norm is split where PyTorch splits it (batch_norm_stats,
   // batch_norm_gather_stats, batch_norm_backward_reduce, batch_norm_backward_elemt). Per-channel
   // sums are accumulated in double, in an order fixed by the shape (repeatable runs).

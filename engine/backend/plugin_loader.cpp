@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <memory>
 #include <mutex>
+#include <utility>
 
 #include "engine/backend/doctor/cuda_build_info.h"
 #include "engine/backend/plugin_abi.h"
@@ -28,6 +29,14 @@ fs::path executable_dir() {
   return ec ? fs::path() : exe.parent_path();
 }
 
+// The loaded plugin's handle, kept for later entry points (cuda_plugin_symbol). Never closed, so
+// made on the heap where static destruction cannot close it at exit: the plugin's services outlive
+// every handle, and CUDA must not be unloaded after cuInit.
+SharedLibrary& loaded_plugin() {
+  static auto* library = new SharedLibrary();
+  return *library;
+}
+
 // Opens the entry point of an already dlopen'ed plugin and registers what it returns.
 void initialise(SharedLibrary& library, CudaPluginStatus& status) {
   auto init = library.function<TandemCudaPluginInit>(kTandemCudaPluginEntry);
@@ -43,7 +52,7 @@ void initialise(SharedLibrary& library, CudaPluginStatus& status) {
   // The services object belongs to the plugin, which stays loaded: nothing to delete.
   register_device_services(std::shared_ptr<DeviceServices>(plugin.services, [](DeviceServices*) {}));
   register_kernels(DeviceType::kCuda, plugin.kernels);
-  library.release();
+  loaded_plugin() = std::move(library);
   status.loaded = true;
   status.device_count = plugin.device_count;
   status.runtime = plugin.runtime_description;
@@ -114,6 +123,20 @@ const CudaPluginStatus& load_cuda_plugin() {
   static CudaPluginStatus status;
   std::call_once(once, [] { status = load(); });
   return status;
+}
+
+void* cuda_plugin_symbol(const char* name, std::string* error) {
+  const CudaPluginStatus& status = load_cuda_plugin();
+  if (!status.loaded) {
+    if (error != nullptr) *error = status.error;
+    return nullptr;
+  }
+  // SharedLibrary::symbol keeps dlerror's text in the handle, which replica threads share.
+  static std::mutex mutex;
+  std::lock_guard lock(mutex);
+  void* address = loaded_plugin().symbol(name);
+  if (address == nullptr && error != nullptr) *error = loaded_plugin().error();
+  return address;
 }
 
 std::string CudaPluginStatus::summary() const {

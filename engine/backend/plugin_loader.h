@@ -32,4 +32,14 @@ const CudaPluginStatus& load_cuda_plugin();
 // Candidates of the search above, for the doctor's report and for tests.
 std::vector<std::string> cuda_plugin_candidates();
 
+// Another entry point of the plugin load_cuda_plugin() loaded (kTandemNcclEntry, say), looked up
+// through the loader's own handle, so nothing else opens the plugin a second time. nullptr when
+// the plugin is not loaded (*error: the load's error) or lacks the symbol (*error: dlerror's words).
+void* cuda_plugin_symbol(const char* name, std::string* error);
+
+template <typename Fn>
+Fn cuda_plugin_function(const char* name, std::string* error) {
+  return reinterpret_cast<Fn>(cuda_plugin_symbol(name, error));
+}
+
 }  // namespace tandem::backend

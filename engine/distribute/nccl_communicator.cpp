@@ -12,7 +12,6 @@
 #include <thread>
 
 #include "engine/backend/plugin_loader.h"
-#include "engine/backend/shared_library.h"
 
 namespace tandem::distribute {
 namespace detail {
@@ -148,15 +147,14 @@ std::unique_ptr<backend::DeviceCollectives> create_nccl(const std::vector<int>& 
                  "doctor` to see them",
                  list, d, status.device_count);
   }
-  backend::SharedLibrary plugin(status.path);  // already mapped: this only looks the entry up
-  auto create = plugin.function<TandemNcclCreate>(kTandemNcclEntry);
+  std::string why;
+  auto create = backend::cuda_plugin_function<TandemNcclCreate>(kTandemNcclEntry, &why);
   TANDEM_CHECK(create != nullptr, ErrorCode::kUnavailable,
                "the CUDA plugin {} has no entry point {} (a plugin older than this engine?): {}; rebuild it",
-               status.path, kTandemNcclEntry, plugin.error());
+               status.path, kTandemNcclEntry, why);
   backend::DeviceCollectives* out = nullptr;
   char error[1024] = {};
   int rc = create(kTandemNcclAbi, devices.data(), static_cast<int>(devices.size()), &out, error, sizeof(error));
-  plugin.release();  // the plugin stays loaded for the process, as the loader keeps it
   TANDEM_CHECK(rc == 0 && out != nullptr, ErrorCode::kUnavailable,
                "creating NCCL communicators over {} failed (code {}): {}; run `trainer doctor` to check the "
                "driver, the GPUs and NCCL",

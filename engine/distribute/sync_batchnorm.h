@@ -5,7 +5,7 @@
 
 #include <memory>
 
-#include "engine/autograd/sync_batch_norm.h"
+#include "engine/autograd/sync_batchnorm_op.h"
 #include "engine/distribute/communicator.h"
 #include "engine/nn/module.h"
 

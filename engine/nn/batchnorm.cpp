@@ -28,7 +28,7 @@ BatchNorm2d::BatchNorm2d(int64_t num_features, float eps, float momentum, bool f
 
 Variable BatchNorm2d::forward(ExecutionContext& ctx, const Variable& x) {
   if (!is_training()) {
-    Variable y = autograd::batch_norm_inference(ctx, x, weight_, bias_, *running_mean_, *running_var_, params_);
+    Variable y = autograd::batchnorm_inference(ctx, x, weight_, bias_, *running_mean_, *running_var_, params_);
     return params_.fuse_relu ? autograd::relu(ctx, y) : y;
   }
   TANDEM_CHECK(num_batches_tracked_->device().is_cpu(), ErrorCode::kInternal,
@@ -36,10 +36,10 @@ Variable BatchNorm2d::forward(ExecutionContext& ctx, const Variable& x) {
                num_batches_tracked_->device().str());
   ++num_batches_tracked_->data<int64_t>()[0];
   if (synchronized()) {
-    return autograd::sync_batch_norm_training(ctx, x, weight_, bias_, *running_mean_, *running_var_, params_,
-                                              *reducer_);
+    return autograd::sync_batchnorm_training(ctx, x, weight_, bias_, *running_mean_, *running_var_, params_,
+                                             *reducer_);
   }
-  return autograd::batch_norm_training(ctx, x, weight_, bias_, *running_mean_, *running_var_, params_);
+  return autograd::batchnorm_training(ctx, x, weight_, bias_, *running_mean_, *running_var_, params_);
 }
 
 }  // namespace tandem::nn

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "engine/autograd/ops.h"
-#include "engine/autograd/sync_batch_norm.h"
+#include "engine/autograd/sync_batchnorm_op.h"
 #include "engine/nn/module.h"
 
 namespace tandem::nn {
@@ -36,7 +36,7 @@ class BatchNorm2d : public Module {
   Variable& weight() { return weight_; }
   Variable& bias() { return bias_; }
   // SyncBatchNorm: with a reducer of more than one replica, training-mode statistics are those of
-  // the global batch (see autograd/sync_batch_norm.h); null restores per-replica statistics.
+  // the global batch (see autograd/sync_batchnorm_op.h); null restores per-replica statistics.
   void set_replica_reducer(std::shared_ptr<autograd::ReplicaReducer> reducer) { reducer_ = std::move(reducer); }
   bool synchronized() const { return reducer_ != nullptr && reducer_->world_size() > 1; }
 

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <string>
 
+#include "engine/backend/plugin_abi.h"
 #include "engine/backend/plugin_loader.h"
 #include "engine/backend/shared_library.h"
 #include "engine/core/device.h"
@@ -44,6 +46,23 @@ TEST(CudaPluginLoader, StatusExplainsItselfAndMatchesTheRegistry) {
         << status.error;
     EXPECT_NE(status.error.find("cudaGetDeviceCount"), std::string::npos) << status.error;
   }
+}
+
+// Entry points beyond the first come through the loader's own handle: without a loaded plugin
+// the answer is the load's error, with one the entry points it exports and dlerror's words.
+TEST(CudaPluginLoader, FurtherEntryPointsComeFromTheLoadedPlugin) {
+  const CudaPluginStatus& status = load_cuda_plugin();
+  std::string why;
+  void* nccl = cuda_plugin_symbol(kTandemNcclEntry, &why);
+  if (!status.loaded) {
+    EXPECT_EQ(nccl, nullptr);
+    EXPECT_EQ(why, status.error);
+    return;
+  }
+  EXPECT_NE(nccl, nullptr) << why;
+  EXPECT_NE(cuda_plugin_function<TandemNcclCreate>(kTandemNcclEntry, &why), nullptr) << why;
+  EXPECT_EQ(cuda_plugin_symbol("tandem_no_such_entry", &why), nullptr);
+  EXPECT_NE(why.find("tandem_no_such_entry"), std::string::npos) << why;
 }
 
 }  // namespace

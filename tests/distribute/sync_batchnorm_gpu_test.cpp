@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "engine/autograd/ops.h"
-#include "engine/autograd/sync_batch_norm.h"
+#include "engine/autograd/sync_batchnorm_op.h"
 #include "engine/backend/ops.h"
 #include "engine/distribute/nccl_communicator.h"
 #include "engine/distribute/sync_batchnorm.h"
@@ -53,8 +53,8 @@ std::vector<float> host(const Tensor& t) {
 }
 
 // y = bn(x), loss = sum(y * w) on x's device; with reducer null the plain batch norm runs.
-Result run_batch_norm(ExecutionContext& ctx, const Tensor& x, const Tensor& w, bool fuse,
-                      autograd::ReplicaReducer* reducer) {
+Result run_batchnorm(ExecutionContext& ctx, const Tensor& x, const Tensor& w, bool fuse,
+                     autograd::ReplicaReducer* reducer) {
   const int64_t c = x.dim(1);
   const Device device = x.device();
   autograd::BatchNormParams params{.eps = 1e-5f, .momentum = 0.1f, .fuse_relu = fuse};
@@ -64,8 +64,8 @@ Result run_batch_norm(ExecutionContext& ctx, const Tensor& x, const Tensor& w, b
   Tensor running_mean = Tensor::from_vector(std::vector<float>(static_cast<size_t>(c), 0.2f), Shape({c})).to(device);
   Tensor running_var = Tensor::from_vector(std::vector<float>(static_cast<size_t>(c), 1.5f), Shape({c})).to(device);
   autograd::Variable y =
-      reducer ? autograd::sync_batch_norm_training(ctx, xv, gamma, beta, running_mean, running_var, params, *reducer)
-              : autograd::batch_norm_training(ctx, xv, gamma, beta, running_mean, running_var, params);
+      reducer ? autograd::sync_batchnorm_training(ctx, xv, gamma, beta, running_mean, running_var, params, *reducer)
+              : autograd::batchnorm_training(ctx, xv, gamma, beta, running_mean, running_var, params);
   autograd::sum(ctx, autograd::mul(ctx, y, autograd::Variable(w))).backward(&ctx);
   return {host(y.value()),    host(xv.grad()),         host(running_mean),
           host(running_var), host(gamma.grad()), host(beta.grad())};
@@ -99,8 +99,8 @@ TEST_P(SyncBatchNormGpuTest, EqualsOneCpuBatchNormOverTheWholeBatch) {
   const int64_t per = d.c * d.h * d.w;
   std::vector<float> x = random_values(total * per, 11), w = random_values(total * per, 12);
   ExecutionContext cpu(Device::cpu(), 1);
-  Result reference = run_batch_norm(cpu, slice(x, d, 0, total, format, Device::cpu()),
-                                    slice(w, d, 0, total, format, Device::cpu()), fuse, nullptr);
+  Result reference = run_batchnorm(cpu, slice(x, d, 0, total, format, Device::cpu()),
+                                   slice(w, d, 0, total, format, Device::cpu()), fuse, nullptr);
 
   std::vector<Result> got(static_cast<size_t>(ranks));
   NcclCommunicatorGroup group(devices, CommunicatorOptions{60s});
@@ -110,8 +110,8 @@ TEST_P(SyncBatchNormGpuTest, EqualsOneCpuBatchNormOverTheWholeBatch) {
     ExecutionContext ctx(device, 0, 1);
     ctx.bind();  // as a replica thread: the collectives follow, and the stream waits for, its stream
     CommunicatorReducer reducer(group.communicator(r));
-    got[k] = run_batch_norm(ctx, slice(x, d, first[k], samples[k], format, device),
-                            slice(w, d, first[k], samples[k], format, device), fuse, &reducer);
+    got[k] = run_batchnorm(ctx, slice(x, d, first[k], samples[k], format, device),
+                           slice(w, d, first[k], samples[k], format, device), fuse, &reducer);
   }));
 
   std::vector<float> dgamma(static_cast<size_t>(d.c), 0.0f), dbeta(static_cast<size_t>(d.c), 0.0f);

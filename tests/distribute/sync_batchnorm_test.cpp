@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "engine/autograd/ops.h"
-#include "engine/autograd/sync_batch_norm.h"
+#include "engine/autograd/sync_batchnorm_op.h"
 #include "engine/distribute/cpu_communicator.h"
 #include "engine/distribute/sync_batchnorm.h"
 #include "engine/nn/layers.h"
@@ -36,7 +36,7 @@ Tensor slice(const std::vector<float>& all, int64_t first, int64_t n, MemoryForm
 }
 
 // y = bn(x), loss = sum(y * w); with reducer null the plain batch norm runs.
-Result run_batch_norm(const Tensor& x, const Tensor& w, bool fuse, autograd::ReplicaReducer* reducer) {
+Result run_batchnorm(const Tensor& x, const Tensor& w, bool fuse, autograd::ReplicaReducer* reducer) {
   ExecutionContext ctx(Device::cpu(), 1);
   autograd::BatchNormParams params{.eps = 1e-5f, .momentum = 0.1f, .fuse_relu = fuse};
   autograd::Variable xv(x, true), gamma(Tensor::from_vector({1.0f, 0.5f, 2.0f, -1.0f, 0.25f}, Shape({kC})), true);
@@ -44,8 +44,8 @@ Result run_batch_norm(const Tensor& x, const Tensor& w, bool fuse, autograd::Rep
   Tensor running_mean = Tensor::from_vector(std::vector<float>(kC, 0.2f), Shape({kC}));
   Tensor running_var = Tensor::from_vector(std::vector<float>(kC, 1.5f), Shape({kC}));
   autograd::Variable y =
-      reducer ? autograd::sync_batch_norm_training(ctx, xv, gamma, beta, running_mean, running_var, params, *reducer)
-              : autograd::batch_norm_training(ctx, xv, gamma, beta, running_mean, running_var, params);
+      reducer ? autograd::sync_batchnorm_training(ctx, xv, gamma, beta, running_mean, running_var, params, *reducer)
+              : autograd::batchnorm_training(ctx, xv, gamma, beta, running_mean, running_var, params);
   autograd::sum(ctx, autograd::mul(ctx, y, autograd::Variable(w))).backward(&ctx);
   return {y.value().to_vector(),     xv.grad().to_vector(),    running_mean.to_vector(),
           running_var.to_vector(),   gamma.grad().to_vector(), beta.grad().to_vector()};
@@ -64,7 +64,7 @@ TEST_P(SyncBatchNormTest, EqualsOneBatchNormOverTheWholeBatch) {
   const int ranks = static_cast<int>(kSamples.size());
   const int64_t total = 6, per = kC * kH * kW;
   std::vector<float> x = random_values(total * per, 11), w = random_values(total * per, 12);
-  Result reference = run_batch_norm(slice(x, 0, total, format), slice(w, 0, total, format), fuse, nullptr);
+  Result reference = run_batchnorm(slice(x, 0, total, format), slice(w, 0, total, format), fuse, nullptr);
 
   std::vector<Result> got(static_cast<size_t>(ranks));
   CpuCommunicatorGroup group(ranks, CommunicatorOptions{20s});
@@ -73,7 +73,7 @@ TEST_P(SyncBatchNormTest, EqualsOneBatchNormOverTheWholeBatch) {
     for (int q = 0; q < r; ++q) first += kSamples[static_cast<size_t>(q)];
     const int64_t n = kSamples[static_cast<size_t>(r)];
     CommunicatorReducer reducer(group.communicator(r));
-    got[static_cast<size_t>(r)] = run_batch_norm(slice(x, first, n, format), slice(w, first, n, format), fuse, &reducer);
+    got[static_cast<size_t>(r)] = run_batchnorm(slice(x, first, n, format), slice(w, first, n, format), fuse, &reducer);
   }));
 
   std::vector<float> dgamma(kC, 0.0f), dbeta(kC, 0.0f);
@@ -107,10 +107,10 @@ TEST(SyncBatchNorm, PerReplicaStatisticsDifferFromTheGlobalOnes) {
   std::vector<float> x = random_values(2 * kC * kH * kW, 21);
   for (size_t i = x.size() / 2; i < x.size(); ++i) x[i] += 3.0f;
   std::vector<float> w(x.size(), 1.0f);
-  Result whole = run_batch_norm(slice(x, 0, 2, MemoryFormat::kContiguous), slice(w, 0, 2, MemoryFormat::kContiguous),
-                                false, nullptr);
-  Result first = run_batch_norm(slice(x, 0, 1, MemoryFormat::kContiguous), slice(w, 0, 1, MemoryFormat::kContiguous),
-                                false, nullptr);
+  Result whole = run_batchnorm(slice(x, 0, 2, MemoryFormat::kContiguous), slice(w, 0, 2, MemoryFormat::kContiguous),
+                               false, nullptr);
+  Result first = run_batchnorm(slice(x, 0, 1, MemoryFormat::kContiguous), slice(w, 0, 1, MemoryFormat::kContiguous),
+                               false, nullptr);
   EXPECT_GT(std::fabs(first.y[0] - whole.y[0]), 0.5f);
 }
 
@@ -131,7 +131,7 @@ TEST(SyncBatchNorm, ASingleValuePerChannelIsRefused) {
   autograd::Variable gamma(Tensor::zeros({2}), true), beta(Tensor::zeros({2}), true);
   Tensor rm = Tensor::zeros({2}), rv = Tensor::zeros({2});
   try {
-    autograd::sync_batch_norm_training(ctx, x, gamma, beta, rm, rv, {}, reducer);
+    autograd::sync_batchnorm_training(ctx, x, gamma, beta, rm, rv, {}, reducer);
     FAIL() << "one value per channel has no variance";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
@@ -155,7 +155,7 @@ TEST(SyncBatchNorm, OneValueHereIsEnoughWhenOtherReplicasHoldMore) {
     autograd::Variable beta(Tensor::zeros({1}), true);
     Tensor rm = Tensor::zeros({1}), rv = Tensor::zeros({1});
     autograd::BatchNormParams params{.eps = 0.0f, .momentum = 1.0f, .fuse_relu = false};
-    autograd::sync_batch_norm_training(ctx, x, gamma, beta, rm, rv, params, reducer);
+    autograd::sync_batchnorm_training(ctx, x, gamma, beta, rm, rv, params, reducer);
     EXPECT_FLOAT_EQ(rm.to_vector()[0], 7.0f / 3.0f);  // mean of {1, 2, 4}
     EXPECT_FLOAT_EQ(rv.to_vector()[0], 7.0f / 3.0f);  // unbiased variance of {1, 2, 4}: (16/9 + 1/9 + 25/9) / 2
   }));

@@ -4,7 +4,7 @@
 // itself is the backend's inference kernel fed with the global statistics. Every step runs on the
 // replica's device (backend::batchnorm_moments and friends) and the exchange on its communicator:
 // nothing is read back to the host unless this replica holds a single value per channel.
-#include "engine/autograd/sync_batch_norm.h"
+#include "engine/autograd/sync_batchnorm_op.h"
 
 #include <initializer_list>
 #include <string>
@@ -48,9 +48,9 @@ std::vector<Tensor> sync_backward(ExecutionContext& ctx, const SyncSaved& s, con
 
 }  // namespace
 
-Variable sync_batch_norm_training(ExecutionContext& ctx, const Variable& x, const Variable& gamma,
-                                  const Variable& beta, Tensor& running_mean, Tensor& running_var,
-                                  const backend::BatchNormParams& params, ReplicaReducer& reducer) {
+Variable sync_batchnorm_training(ExecutionContext& ctx, const Variable& x, const Variable& gamma,
+                                 const Variable& beta, Tensor& running_mean, Tensor& running_var,
+                                 const backend::BatchNormParams& params, ReplicaReducer& reducer) {
   const Tensor& xv = x.value();
   TANDEM_CHECK(xv.defined() && xv.rank() == 4 && xv.dtype() == DType::kF32, ErrorCode::kInvalidArgument,
                "SyncBatchNorm takes f32 (N, C, H, W) tensors, got {}",
@@ -74,7 +74,7 @@ Variable sync_batch_norm_training(ExecutionContext& ctx, const Variable& x, cons
   check_count(xv, m.count, replicas);
   Tensor y = backend::batchnorm_forward_inference(ctx, params, xv, gamma.value(), beta.value(), m.mean, m.var);
   SyncSaved saved{xv, y, gamma.value(), m.mean, m.invstd, m.count, params, x.requires_grad()};
-  return make_op("sync_batch_norm", std::move(y), {x, gamma, beta},
+  return make_op("sync_batchnorm", std::move(y), {x, gamma, beta},
                  [&ctx, &reducer, saved](const Tensor& dy) { return sync_backward(ctx, saved, dy, reducer); });
 }
 

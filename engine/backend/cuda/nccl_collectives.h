@@ -1,5 +1,7 @@
-// The plugin's NCCL collectives: ncclCommInitAll over this process's devices, one non-blocking
-// stream per rank, every NCCL and CUDA call checked with its text, values and NCCL's own words.
+// The plugin's raw NCCL collectives behind the plugin ABI (backend::DeviceCollectives):
+// ncclCommInitAll over this process's devices, one non-blocking stream per rank, every NCCL and
+// CUDA call checked with its text, values and NCCL's own words. The engine's Communicator over
+// them (ring, watchdog, abort) is engine/distribute/nccl_communicator.h.
 #pragma once
 
 #include <nccl.h>

@@ -3,12 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "engine/backend/plugin_abi.h"
 #include "engine/backend/plugin_loader.h"
-#include "engine/backend/shared_library.h"
 #include "engine/core/device.h"
 #include "engine/core/tensor.h"
 #include "tests/cuda/cuda_test_util.h"
@@ -17,10 +17,9 @@ namespace tandem {
 namespace {
 
 std::unique_ptr<backend::DeviceCollectives> create_collectives(int count) {
-  const auto& status = backend::load_cuda_plugin();
-  backend::SharedLibrary plugin(status.path);  // already mapped: this only looks the entry up
-  auto create = plugin.function<TandemNcclCreate>(kTandemNcclEntry);
-  EXPECT_NE(create, nullptr) << plugin.error();
+  std::string why;
+  auto create = backend::cuda_plugin_function<TandemNcclCreate>(kTandemNcclEntry, &why);
+  EXPECT_NE(create, nullptr) << why;
   if (create == nullptr) return nullptr;
   std::vector<int> devices;
   for (int d = 0; d < count; ++d) devices.push_back(d);
@@ -28,7 +27,6 @@ std::unique_ptr<backend::DeviceCollectives> create_collectives(int count) {
   char error[512] = {};
   int rc = create(kTandemNcclAbi, devices.data(), count, &out, error, sizeof(error));
   EXPECT_EQ(rc, 0) << error;
-  plugin.release();
   return std::unique_ptr<backend::DeviceCollectives>(out);
 }
 

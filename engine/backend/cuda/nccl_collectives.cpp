@@ -1,7 +1,7 @@
 // NCCL in one process: ncclCommInitAll creates every rank's communicator at once; each replica
 // thread then issues its own rank's calls, grouped (ncclGroupStart/End) so a caller may batch
 // several and NCCL launches them as one.
-#include "engine/backend/cuda/nccl_communicator.h"
+#include "engine/backend/cuda/nccl_collectives.h"
 
 #include <spdlog/spdlog.h>
 

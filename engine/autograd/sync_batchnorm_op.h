@@ -26,8 +26,8 @@ class ReplicaReducer {
 // (unbiased variance, as PyTorch), so they stay bitwise equal across replicas. Forward costs one
 // all-gather of 2C+1 floats, backward one all-reduce of 2C floats. The gradient assumes the
 // replicas' losses are summed (DESIGN.md's contract: each divides by the global batch size).
-Variable sync_batch_norm_training(ExecutionContext& ctx, const Variable& x, const Variable& gamma,
-                                  const Variable& beta, Tensor& running_mean, Tensor& running_var,
-                                  const backend::BatchNormParams& params, ReplicaReducer& reducer);
+Variable sync_batchnorm_training(ExecutionContext& ctx, const Variable& x, const Variable& gamma,
+                                 const Variable& beta, Tensor& running_mean, Tensor& running_var,
+                                 const backend::BatchNormParams& params, ReplicaReducer& reducer);
 
 }  // namespace tandem::autograd
