@@ -1,3 +1,5 @@
+include(GNUInstallDirs)
+
 # Warnings-as-errors and sanitizer flags, applied to our own targets only
 # (third-party headers come in as SYSTEM includes and are not judged).
 
@@ -5,7 +7,9 @@ function(tandem_target_options target)
   target_compile_options(${target} PRIVATE
     $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Werror -Wshadow -Wnon-virtual-dtor
       -Wno-error=deprecated-declarations>)
-  target_include_directories(${target} PUBLIC ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
+  # Installed, the engine's headers keep their paths under include/tandem (cmake/TandemInstall.cmake).
+  target_include_directories(${target} PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>
+    $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}> $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/tandem>)
   if(TANDEM_SANITIZE)
     # GCC's flow-based warnings misfire on sanitizer-instrumented code (GCC's manual says so
     # for -fsanitize); the release build keeps -Wmaybe-uninitialized as an error.
@@ -51,7 +55,8 @@ function(tandem_folder_library target)
   if(NOT sources)
     # A folder with no code yet still is a target, so the folders above can name it.
     add_library(${target} INTERFACE)
-    target_include_directories(${target} INTERFACE ${PROJECT_SOURCE_DIR} ${PROJECT_BINARY_DIR})
+    target_include_directories(${target} INTERFACE $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>
+      $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}> $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/tandem>)
     target_link_libraries(${target} INTERFACE ${ARG_LINKS})
     return()
   endif()

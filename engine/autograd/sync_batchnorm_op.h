@@ -4,7 +4,7 @@
 #pragma once
 
 #include "engine/autograd/variable.h"
-#include "engine/backend/kernels.h"
+#include "engine/backend/op_params.h"
 
 namespace tandem::autograd {
 

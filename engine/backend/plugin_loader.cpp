@@ -2,6 +2,7 @@
 // it provides. Every failure is kept as text, naming the file and dlerror's words.
 #include "engine/backend/plugin_loader.h"
 
+#include <dlfcn.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -16,12 +17,23 @@
 #include "engine/backend/registry.h"
 #include "engine/backend/shared_library.h"
 #include "engine/core/device.h"
+#include "engine/core/version.h"
 
 namespace tandem::backend {
 namespace {
 
 namespace fs = std::filesystem;
 constexpr const char* kPluginFile = "libtandem_cuda.so";
+
+// Where libtandem_core.so was loaded from: an installed package puts the plugin beside it, so a
+// program built against the package finds it wherever the program itself lives.
+fs::path core_library_dir() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&tandem::version), &info) == 0 || info.dli_fname == nullptr) return {};
+  std::error_code ec;
+  fs::path path = fs::canonical(info.dli_fname, ec);
+  return ec ? fs::path() : path.parent_path();
+}
 
 fs::path executable_dir() {
   std::error_code ec;
@@ -107,6 +119,7 @@ std::vector<std::string> cuda_plugin_candidates() {
     candidates.push_back((dir / ".." / "engine" / "backend" / "cuda" / kPluginFile).lexically_normal().string());
     candidates.push_back((dir / ".." / "lib" / kPluginFile).lexically_normal().string());
   }
+  if (fs::path core = core_library_dir(); !core.empty()) candidates.push_back((core / kPluginFile).string());
   std::string built = build_info::kCudaPluginBuildPath;
   if (!built.empty()) candidates.push_back(built);
   candidates.push_back(kPluginFile);

@@ -3,6 +3,8 @@
 // chunk r of every rank's buffer, rank 0 first) then all-gather (each rank copies the others' chunks).
 #include "engine/distribute/cpu_communicator.h"
 
+#include "engine/distribute/cpu_rendezvous.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -53,6 +55,8 @@ CpuCommunicator::CpuCommunicator(int rank, std::shared_ptr<detail::Rendezvous> r
   sources_.resize(static_cast<size_t>(rendezvous_->world_size()));
   worker_ = std::thread([this] { worker_loop(); });
 }
+
+int CpuCommunicator::world_size() const { return rendezvous_->world_size(); }
 
 CpuCommunicator::~CpuCommunicator() {
   bool pending = false;

@@ -10,10 +10,13 @@
 #include <thread>
 #include <vector>
 
+#include "engine/distribute/collective_desc.h"
 #include "engine/distribute/communicator.h"
-#include "engine/distribute/cpu_rendezvous.h"
 
 namespace tandem::distribute {
+namespace detail {
+class Rendezvous;  // cpu_rendezvous.h, internal
+}
 
 class CpuCommunicatorGroup;
 
@@ -22,7 +25,7 @@ class CpuCommunicator final : public Communicator {
   ~CpuCommunicator() override;
 
   int rank() const override { return rank_; }
-  int world_size() const override { return rendezvous_->world_size(); }
+  int world_size() const override;
   Device device() const override { return Device::cpu(); }
 
   CollectiveHandle all_reduce_async(const Tensor& x, ReduceOp op, CollectiveTag tag = {}) override;

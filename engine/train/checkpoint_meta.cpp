@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "engine/core/error.h"
+#include "engine/core/version.h"
 #include "engine/train/checkpoint_json.h"
 
 namespace tandem::train {
@@ -81,7 +82,7 @@ ReplicaState replica_from_json(const Reader& r, const nlohmann::json& j, size_t 
 
 }  // namespace
 
-std::string tandem_version() { return TANDEM_VERSION; }
+std::string tandem_version() { return std::string(version()); }
 
 int64_t examples_into_epoch(const ReplicaState& state, int64_t fallback_global_batch) {
   const nlohmann::json& p = state.data_position;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checks DESIGN.md's dependency direction on every project #include:
 # core < backend < autograd < nn < optim < distribute < train; data on core alone;
-# models on nn and below; tools on anything; nothing includes tools but tools and its own
+# models on nn and below; include/ (the public headers) and examples/ on anything but tools;
+# tools on anything; nothing includes tools but tools and its own
 # tests (tests/tools, which count as tools here); CUDA code only in
 # engine/backend/cuda. Prints each violation and exits 1 if there is any.
 set -uo pipefail
@@ -30,6 +31,7 @@ allowed() {  # allowed FROM_LAYER TO_LAYER
   [ "$to" = "third_party" ] && return 0
   case "$from" in
     tools|tests|bench) [ "$to" != "tools" ] || [ "$from" = "tools" ]; return ;;
+    include|examples) [ "$to" != "tools" ]; return ;;  # the public headers, and programs using them
     data) [ "$to" = "core" ]; return ;;
     models) [ "$to" = "tools" ] && return 1; local r; r=$(rank_of "$to"); [ "$r" -ge 0 ] && [ "$r" -le "$(rank_of nn)" ]; return ;;
   esac

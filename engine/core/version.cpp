@@ -1,0 +1,7 @@
+#include "engine/core/version.h"
+
+namespace tandem {
+
+std::string_view version() { return TANDEM_VERSION; }
+
+}  // namespace tandem

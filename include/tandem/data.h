@@ -1,0 +1,11 @@
+// Data: TFRecord files (read, write, compressed or not), tf.Example records, the tf.data-style
+// Dataset pipeline (files, interleave, shuffle, map, batch, prefetch, cache; in memory with
+// Dataset::from_elements) and PipelineBatchSource, which feeds a Dataset to the trainer.
+#pragma once
+
+#include "data/example.h"
+#include "data/pipeline/dataset.h"
+#include "data/pipeline/pipeline_batch_source.h"
+#include "data/tensorboard_sink.h"
+#include "data/tfrecord_reader.h"
+#include "data/tfrecord_writer.h"

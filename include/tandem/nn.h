@@ -1,0 +1,8 @@
+// Modules: Module (parameters, buffers, train/eval, to(device)), the layers (Conv2d, BatchNorm2d,
+// Linear, Embedding, pooling, Dropout, Sequential) and initialisers.
+#pragma once
+
+#include "engine/nn/embedding.h"
+#include "engine/nn/init.h"
+#include "engine/nn/layers.h"
+#include "engine/nn/module.h"
