@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "engine/core/error.h"
-#include "engine/train/checkpoint_posix.h"
+#include "engine/train/checkpoint/posix.h"
 
 namespace tandem::train {
 namespace {

@@ -16,7 +16,7 @@
 #include "engine/distribute/nccl_communicator.h"
 #include "engine/optim/optimizer.h"
 #include "engine/optim/schedule.h"
-#include "engine/train/checkpoint.h"
+#include "engine/train/checkpoint/checkpoint.h"
 #include "engine/train/step_timer.h"
 #include "engine/train/trainer.h"
 

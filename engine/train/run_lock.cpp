@@ -11,7 +11,7 @@
 #include <system_error>
 
 #include "engine/core/error.h"
-#include "engine/train/checkpoint_posix.h"
+#include "engine/train/checkpoint/posix.h"
 
 namespace tandem::train {
 namespace {

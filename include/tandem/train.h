@@ -4,7 +4,7 @@
 
 #include "engine/train/callback.h"
 #include "engine/train/callbacks.h"
-#include "engine/train/checkpoint.h"
+#include "engine/train/checkpoint/checkpoint.h"
 #include "engine/train/classification_task.h"
 #include "engine/train/config.h"
 #include "engine/train/evaluation.h"

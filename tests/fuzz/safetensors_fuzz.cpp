@@ -2,7 +2,7 @@
 // validation, then the data with its checksums. Tensors or tandem::Error, never a crash or a
 // huge allocation.
 #include "engine/core/error.h"
-#include "engine/train/safetensors.h"
+#include "engine/train/checkpoint/safetensors.h"
 #include "tests/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

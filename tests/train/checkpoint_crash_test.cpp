@@ -10,7 +10,7 @@
 #include <chrono>
 #include <thread>
 
-#include "engine/train/checkpoint.h"
+#include "engine/train/checkpoint/checkpoint.h"
 #include "tests/train/checkpoint_util.h"
 
 namespace tandem::train {

@@ -6,7 +6,7 @@
 
 #include <cmath>
 
-#include "engine/train/checkpoint.h"
+#include "engine/train/checkpoint/checkpoint.h"
 #include "tests/train/checkpoint_util.h"
 
 namespace tandem::train {

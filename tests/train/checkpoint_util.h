@@ -10,7 +10,7 @@
 
 #include "engine/nn/layers.h"
 #include "engine/optim/optimizer.h"
-#include "engine/train/safetensors.h"
+#include "engine/train/checkpoint/safetensors.h"
 #include "tests/support/temp_dir.h"
 
 namespace tandem::train::testing {

@@ -2,7 +2,7 @@
 // valid dtype Tandem lacks) naming the file, the tensor where there is one, and what is wrong.
 #include <gtest/gtest.h>
 
-#include "engine/train/safetensors.h"
+#include "engine/train/checkpoint/safetensors.h"
 #include "tests/train/checkpoint_util.h"
 
 namespace tandem::train {

@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include "engine/core/checksum.h"
-#include "engine/train/safetensors.h"
+#include "engine/train/checkpoint/safetensors.h"
 #include "tests/train/checkpoint_util.h"
 
 namespace tandem::train {

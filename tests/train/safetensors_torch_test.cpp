@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstdlib>
 
-#include "engine/train/safetensors.h"
+#include "engine/train/checkpoint/safetensors.h"
 #include "tests/train/checkpoint_util.h"
 
 namespace tandem::train {

@@ -9,7 +9,7 @@
 #include <mutex>
 #include <thread>
 
-#include "engine/train/checkpoint.h"
+#include "engine/train/checkpoint/checkpoint.h"
 #include "tests/train/trainer_fixture.h"
 
 namespace tandem::train {

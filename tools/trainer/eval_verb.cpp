@@ -3,7 +3,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
-#include "engine/train/checkpoint.h"
+#include "engine/train/checkpoint/checkpoint.h"
 #include "engine/train/classification_task.h"
 #include "engine/train/evaluation.h"
 #include "models/registry.h"

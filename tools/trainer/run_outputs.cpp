@@ -1,5 +1,5 @@
 // The run directory and run_summary.json. The summary is written the way checkpoints are (engine/
-// train/checkpoint_posix.h), so a crash or a full disk never leaves a truncated summary behind.
+// train/checkpoint/posix.h), so a crash or a full disk never leaves a truncated summary behind.
 #include "tools/trainer/run_outputs.h"
 
 #include <fmt/format.h>
@@ -11,8 +11,8 @@
 #include <system_error>
 
 #include "engine/core/error.h"
-#include "engine/train/checkpoint_fs.h"
-#include "engine/train/checkpoint_posix.h"
+#include "engine/train/checkpoint/fs.h"
+#include "engine/train/checkpoint/posix.h"
 
 namespace tandem::tools {
 namespace {

@@ -1,11 +1,11 @@
 // std::filesystem with error_code overloads, each failure rethrown as tandem::Error naming the
 // call and path; the error_code's category message is the errno text.
-#include "engine/train/checkpoint_fs.h"
+#include "engine/train/checkpoint/fs.h"
 
 #include <system_error>
 
 #include "engine/core/error.h"
-#include "engine/train/checkpoint_posix.h"
+#include "engine/train/checkpoint/posix.h"
 
 namespace tandem::train::fs {
 namespace {

@@ -1,6 +1,6 @@
 // CheckpointManager's write side: the atomic save (temporary sibling, fsync of every file and
-// directory, rename), keep_last pruning and the directory scan. Loading is in checkpoint_load.cpp.
-#include "engine/train/checkpoint.h"
+// directory, rename), keep_last pruning and the directory scan. Loading is in load.cpp.
+#include "engine/train/checkpoint/checkpoint.h"
 
 #include <spdlog/spdlog.h>
 
@@ -8,9 +8,9 @@
 #include <charconv>
 #include <chrono>
 
-#include "engine/train/checkpoint_fs.h"
-#include "engine/train/checkpoint_posix.h"
-#include "engine/train/safetensors.h"
+#include "engine/train/checkpoint/fs.h"
+#include "engine/train/checkpoint/posix.h"
+#include "engine/train/checkpoint/safetensors.h"
 
 namespace tandem::train {
 namespace {

@@ -13,7 +13,7 @@
 
 #include "engine/nn/module.h"
 #include "engine/optim/optimizer.h"
-#include "engine/train/checkpoint_meta.h"
+#include "engine/train/checkpoint/meta.h"
 
 namespace tandem::train {
 

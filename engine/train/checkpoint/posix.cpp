@@ -1,6 +1,6 @@
 // Checked POSIX calls behind checkpoint writes and reads. EINTR is retried; short writes and
 // reads loop; every other failure throws with the call, the path and strerror.
-#include "engine/train/checkpoint_posix.h"
+#include "engine/train/checkpoint/posix.h"
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>

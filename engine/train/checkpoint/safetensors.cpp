@@ -1,7 +1,7 @@
 // safetensors writing and fully validated reading. The header is trusted for nothing: every
 // field is type-checked and every offset checked against the file before any data is read, so a
 // corrupt or hostile file gives a DataLoss error, never a crash or a huge allocation.
-#include "engine/train/safetensors.h"
+#include "engine/train/checkpoint/safetensors.h"
 
 #include <nlohmann/json.hpp>
 
@@ -10,8 +10,8 @@
 #include <bit>
 
 #include "engine/core/checksum.h"
-#include "engine/train/checkpoint_json.h"
-#include "engine/train/checkpoint_posix.h"
+#include "engine/train/checkpoint/json_brief.h"
+#include "engine/train/checkpoint/posix.h"
 
 namespace tandem::train {
 namespace {

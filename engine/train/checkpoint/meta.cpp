@@ -1,6 +1,6 @@
 // meta.json: CheckpointMeta to JSON and back. Reading checks every field's presence and type,
 // because resume trusts these numbers to continue a run exactly.
-#include "engine/train/checkpoint_meta.h"
+#include "engine/train/checkpoint/meta.h"
 
 #include <chrono>
 #include <cmath>
@@ -9,7 +9,7 @@
 
 #include "engine/core/error.h"
 #include "engine/core/version.h"
-#include "engine/train/checkpoint_json.h"
+#include "engine/train/checkpoint/json_brief.h"
 
 namespace tandem::train {
 namespace {

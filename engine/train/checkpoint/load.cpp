@@ -6,11 +6,11 @@
 #include <optional>
 #include <set>
 
-#include "engine/train/checkpoint.h"
-#include "engine/train/checkpoint_fs.h"
-#include "engine/train/checkpoint_posix.h"
-#include "engine/train/checkpoint_json.h"
-#include "engine/train/safetensors.h"
+#include "engine/train/checkpoint/checkpoint.h"
+#include "engine/train/checkpoint/fs.h"
+#include "engine/train/checkpoint/posix.h"
+#include "engine/train/checkpoint/json_brief.h"
+#include "engine/train/checkpoint/safetensors.h"
 
 namespace tandem::train {
 namespace {
