@@ -18,7 +18,8 @@ Variable conv2d(ExecutionContext& ctx, const Variable& x, const Variable& w, con
 // Training mode: batch statistics, running statistics updated in place.
 Variable batchnorm_training(ExecutionContext& ctx, const Variable& x, const Variable& gamma, const Variable& beta,
                             Tensor& running_mean, Tensor& running_var, const BatchNormParams& params);
-// Inference mode: running statistics; gradients still flow to x, gamma and beta.
+// Inference mode: running statistics. No gradient flows back through it yet: backward is an
+// Unimplemented error (train the layer, or keep it out of the loss's graph).
 Variable batchnorm_inference(ExecutionContext& ctx, const Variable& x, const Variable& gamma,
                              const Variable& beta, const Tensor& running_mean, const Tensor& running_var,
                              const BatchNormParams& params);
