@@ -19,7 +19,8 @@ target_include_directories(tandem INTERFACE
 add_library(Tandem::tandem ALIAS tandem)
 
 set(tandem_installed_libraries tandem_core tandem_backend tandem_autograd tandem_nn tandem_optim tandem_distribute
-  tandem_train tandem_data tandem_pipeline tandem_models tandem_proto)
+  tandem_train tandem_data tandem_pipeline tandem_models tandem_proto
+  tandem_cli tandem_run_outputs tandem_doctor_config tandem_scaling_report)
 install(TARGETS ${tandem_installed_libraries} tandem EXPORT TandemTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}

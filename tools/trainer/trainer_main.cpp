@@ -1,0 +1,53 @@
+// The `trainer` command line: `trainer --config FILE` trains; verbs (doctor, inspect, convert,
+// eval, bench-input, ...) do the rest. A function of the installed package (tandem/cli.h), so a
+// program that registers its own models runs every verb with them.
+// This is the only place that catches tandem::Error, prints it and picks the exit code:
+// 0 success, 1 a failure the message explains, 2 a usage error; a run stopped by SIGINT or
+// SIGTERM (after saving a checkpoint) exits with 128 + the signal's number, 130 or 143.
+#include <CLI/CLI.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <csignal>
+#include <cstdio>
+#include <string>
+
+#include "engine/core/error.h"
+#include "include/tandem/cli.h"
+#include "tools/trainer/verbs.h"
+
+int tandem::trainer_main(int argc, char** argv) {
+  // A write past the file-size limit (ulimit -f) then fails with EFBIG, which the writers report as
+  // ResourceExhausted keeping every earlier checkpoint, instead of SIGXFSZ killing the process.
+  std::signal(SIGXFSZ, SIG_IGN);
+  // Ctrl-C under `trainer ... | tee log` stops tee too: the stop's log lines must then fail with
+  // EPIPE, not kill the process (SIGPIPE) before it saves its checkpoint.
+  std::signal(SIGPIPE, SIG_IGN);
+  // Logs go to stderr, so stdout carries only a verb's output (`--json` documents stay parseable).
+  // (Once per process: a program may call trainer_main more than once.)
+  if (spdlog::get("tandem") == nullptr) spdlog::set_default_logger(spdlog::stderr_color_mt("tandem"));
+  CLI::App app{"Tandem: mirrored data-parallel training on 1 to 8 GPUs (or the CPU)", "trainer"};
+  app.require_subcommand(0, 1);
+  int exit_code = 0;
+  tandem::tools::add_version_verb(app, exit_code);
+  tandem::tools::add_doctor_verb(app, exit_code);
+  tandem::tools::add_inspect_verb(app, exit_code);
+  tandem::tools::add_convert_verb(app, exit_code);
+  tandem::tools::add_bench_input_verb(app, exit_code);
+  tandem::tools::add_eval_verb(app, exit_code);
+  tandem::tools::add_scaling_verb(app, exit_code);
+  tandem::tools::add_train_verb(app, exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  } catch (const tandem::Error& e) {
+    std::fprintf(stderr, "error [%s]: %s\n", std::string(tandem::error_code_name(e.code())).c_str(), e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error [Internal]: %s\n", e.what());
+    return 1;
+  }
+  return exit_code;
+}
