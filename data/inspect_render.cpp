@@ -3,92 +3,84 @@
 #include <fmt/format.h>
 
 #include "data/inspect.h"
-#include "data/json_writer.h"
+#include "data/json_values.h"
 
 namespace tandem::data {
 
 namespace {
 
-void write_values(JsonWriter& w, const Feature& f) {
-  w.begin_object().key("type").string(feature_type_name(f.type)).key("values").begin_array();
-  for (const std::string& b : f.bytes) w.string(base64_encode(b));
-  for (float v : f.floats) w.float_value(v);
-  for (int64_t v : f.ints) w.string(std::to_string(v));
-  w.end_array().end_object();
+using Json = nlohmann::ordered_json;
+
+Json values_json(const Feature& f) {
+  Json values = Json::array();
+  for (const std::string& b : f.bytes) values.push_back(base64_encode(b));
+  for (float v : f.floats) values.push_back(float32_json(v));
+  for (int64_t v : f.ints) values.push_back(std::to_string(v));  // a double cannot hold every int64
+  return Json{{"type", feature_type_name(f.type)}, {"values", std::move(values)}};
 }
 
-void write_key_stats(JsonWriter& w, const KeyStats& s) {
-  w.begin_object().key("types").begin_array();
-  for (FeatureType t : s.types) w.string(feature_type_name(t));
-  w.end_array().key("records_with_key").number(s.records_with_key).key("values").number(s.values);
+Json key_stats_json(const KeyStats& s) {
+  Json types = Json::array();
+  for (FeatureType t : s.types) types.push_back(feature_type_name(t));
+  Json out{{"types", std::move(types)}, {"records_with_key", s.records_with_key}, {"values", s.values}};
   if (s.float_count > 0 && s.types.count(FeatureType::kFloat)) {
-    w.key("min").float_value(s.float_min).key("max").float_value(s.float_max);
+    out["min"] = float32_json(static_cast<float>(s.float_min));
+    out["max"] = float32_json(static_cast<float>(s.float_max));
   } else if (s.int_count > 0) {
-    w.key("min").string(std::to_string(s.int_min)).key("max").string(std::to_string(s.int_max));
+    out["min"] = std::to_string(s.int_min);
+    out["max"] = std::to_string(s.int_max);
   } else {
-    w.key("min").null().key("max").null();
+    out["min"] = nullptr;
+    out["max"] = nullptr;
   }
-  if (s.types.count(FeatureType::kBytes)) w.key("bytes_total_len").number(s.bytes_total_len);
-  if (s.float_nan > 0) w.key("float_nan").number(s.float_nan);
-  if (s.steps > 0) w.key("steps").number(s.steps);
-  w.end_object();
+  if (s.types.count(FeatureType::kBytes)) out["bytes_total_len"] = s.bytes_total_len;
+  if (s.float_nan > 0) out["float_nan"] = s.float_nan;
+  if (s.steps > 0) out["steps"] = s.steps;
+  return out;
 }
 
-void write_record(JsonWriter& w, const DumpedRecord& d) {
-  w.begin_object();
+Json record_json(const DumpedRecord& d) {
   if (!d.parse_error.empty()) {
-    w.key("kind").string("other").key("index").number(d.index).key("size").number(d.size);
-    w.key("parse_error").string(d.parse_error).end_object();
-    return;
+    return Json{{"kind", "other"}, {"index", d.index}, {"size", d.size}, {"parse_error", d.parse_error}};
   }
-  w.key("kind").string(message_kind_name(d.record.kind)).key("index").number(d.index);
-  w.key("features").begin_object();
-  for (const auto& [key, f] : d.record.features) {
-    w.key(key);
-    write_values(w, f);
-  }
-  w.end_object().key("feature_lists").begin_object();
+  Json features = Json::object();
+  for (const auto& [key, f] : d.record.features) features[key] = values_json(f);
+  Json lists = Json::object();
   for (const auto& [key, steps] : d.record.feature_lists) {
-    w.key(key).begin_array();
-    for (const Feature& f : steps) write_values(w, f);
-    w.end_array();
+    Json list = Json::array();
+    for (const Feature& f : steps) list.push_back(values_json(f));
+    lists[key] = std::move(list);
   }
-  w.end_object().end_object();
+  return Json{{"kind", message_kind_name(d.record.kind)}, {"index", d.index}, {"features", std::move(features)},
+              {"feature_lists", std::move(lists)}};
 }
 
-void write_file(JsonWriter& w, const FileReport& r) {
-  w.begin_object().key("path").string(r.path).key("compression").string(compression_name(r.compression));
-  w.key("num_records").number(r.num_records).key("kind");
-  if (r.kind().empty()) {
-    w.null();
-  } else {
-    w.string(r.kind());
+Json stats_json(const std::map<std::string, KeyStats>& keys) {
+  Json out = Json::object();
+  for (const auto& [key, s] : keys) out[key] = key_stats_json(s);
+  return out;
+}
+
+Json error_json(const std::optional<InspectError>& e) {
+  if (!e) return nullptr;
+  return Json{{"message", e->message},
+              {"offset", e->offset ? Json(*e->offset) : Json(nullptr)},
+              {"record", e->record ? Json(*e->record) : Json(nullptr)}};
+}
+
+Json file_json(const FileReport& r) {
+  Json out{{"path", r.path}, {"compression", compression_name(r.compression)}, {"num_records", r.num_records},
+           {"kind", r.kind().empty() ? Json(nullptr) : Json(r.kind())}, {"features", stats_json(r.stats.features)},
+           {"feature_lists", stats_json(r.stats.feature_lists)}};
+  if (r.other_records > 0) {
+    out["other_records"] = r.other_records;
+    out["parse_error"] = r.first_parse_error;
   }
-  w.key("features").begin_object();
-  for (const auto& [key, s] : r.stats.features) {
-    w.key(key);
-    write_key_stats(w, s);
-  }
-  w.end_object().key("feature_lists").begin_object();
-  for (const auto& [key, s] : r.stats.feature_lists) {
-    w.key(key);
-    write_key_stats(w, s);
-  }
-  w.end_object();
-  if (r.other_records > 0) w.key("other_records").number(r.other_records).key("parse_error").string(r.first_parse_error);
-  w.key("records").begin_array();
-  for (const DumpedRecord& d : r.records) write_record(w, d);
-  w.end_array().key("error");
-  if (!r.error) {
-    w.null();
-  } else {
-    w.begin_object().key("message").string(r.error->message).key("offset");
-    r.error->offset ? w.number(*r.error->offset) : w.null();
-    w.key("record");
-    r.error->record ? w.number(*r.error->record) : w.null();
-    w.end_object();
-  }
-  w.end_object();
+  Json records = Json::array();
+  for (const DumpedRecord& d : r.records) records.push_back(record_json(d));
+  out["records"] = std::move(records);
+  out["error"] = error_json(r.error);
+  return out;
 }
 
 // Bytes for a terminal: printable ASCII as is, the rest as \xNN, long values cut.
@@ -134,11 +126,10 @@ std::string text_stats_row(const std::string& key, const KeyStats& s) {
 }  // namespace
 
 std::string render_json(const std::vector<FileReport>& reports) {
-  JsonWriter w;
-  w.begin_object().key("files").begin_array();
-  for (const FileReport& r : reports) write_file(w, r);
-  w.end_array().end_object();
-  return w.str() + "\n";
+  Json files = Json::array();
+  for (const FileReport& r : reports) files.push_back(file_json(r));
+  // One line for scripts; feature names are not checked UTF-8, so bad bytes print as U+FFFD.
+  return Json{{"files", std::move(files)}}.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
 }
 
 std::string render_text(const FileReport& r) {

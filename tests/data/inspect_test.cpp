@@ -57,6 +57,25 @@ TEST(Inspect, JsonFollowsTheConventions) {
   EXPECT_NE(render_text(report).find("compression: gzip  records: 2  kind: Example"), std::string::npos);
 }
 
+// One line of compact JSON, floats as their shortest float32 text, and text that is not UTF-8
+// (a file name here) printed with U+FFFD instead of making the report throw.
+TEST(Inspect, JsonIsOneLineWithShortFloatsAndSurvivesBadUtf8) {
+  testing::TempDir tmp;
+  std::string path = tmp.file("a.tfrecord");
+  {
+    TFRecordWriter w(path, {});
+    w.write(serialize_example({{"f", Feature::of_floats({0.1f, -0.0f})}}));
+  }
+  InspectOptions options;
+  options.dump = -1;
+  std::string json = render_json({inspect_file(path, options)});
+  EXPECT_EQ(json.find('\n'), json.size() - 1) << json;
+  EXPECT_NE(json.find(R"("f":{"type":"float","values":[0.1,-0.0]})"), std::string::npos) << json;
+  FileReport bad;
+  bad.path = "bad\xff.tfrecord";
+  EXPECT_NE(render_json({bad}).find("\"path\":\"bad\xef\xbf\xbd.tfrecord\""), std::string::npos);
+}
+
 TEST(Inspect, DamagedAndForeignFiles) {
   testing::TempDir tmp;
   std::string path = tmp.file("cut.tfrecord");

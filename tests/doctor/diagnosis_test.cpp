@@ -2,6 +2,8 @@
 // from hand-built probe results.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/backend/doctor/cuda_build_info.h"
 #include "engine/backend/doctor/doctor.h"
 
@@ -101,7 +103,22 @@ TEST(DoctorDiagnosis, JsonEscapesErrors) {
   r.driver.error = "bad \"quote\"\n";
   diagnose(r);
   std::string json = render_json(r);
-  EXPECT_NE(json.find("bad \\\"quote\\\"\\n"), std::string::npos) << json;
+  EXPECT_NE(json.find(R"("error":"bad \"quote\"\n")"), std::string::npos) << json;
+  EXPECT_EQ(json.find('\n'), json.size() - 1) << "one line: " << json;
+  nlohmann::json doc = nlohmann::json::parse(json);
+  EXPECT_EQ(doc["driver"]["error"], r.driver.error);
+  EXPECT_TRUE(doc["driver"]["version"].is_null());
+  EXPECT_EQ(doc["exit_code"], r.exit_code());
+  EXPECT_EQ(doc["verdict"], r.verdict_line);
+}
+
+// Names and paths come from drivers and the file system unchecked: bytes that are not UTF-8
+// print as U+FFFD rather than making the doctor throw.
+TEST(DoctorDiagnosis, JsonSurvivesBadUtf8) {
+  DoctorReport r = healthy();
+  r.gpus.at(0).name = "GPU \xff";
+  diagnose(r);
+  EXPECT_NE(render_json(r).find("\"name\":\"GPU \xef\xbf\xbd\""), std::string::npos) << render_json(r);
 }
 
 }  // namespace

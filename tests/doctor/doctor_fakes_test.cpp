@@ -2,6 +2,12 @@
 // real sonames (built by tests/doctor/CMakeLists.txt), probed in a child process.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "engine/backend/doctor/cuda_build_info.h"
 #include "tests/doctor/doctor_util.h"
 
@@ -45,11 +51,16 @@ TEST_F(DoctorFakes, NvmlListsEveryGpuWithItsNumbers) {
 
 TEST_F(DoctorFakes, NvmlInJson) {
   ProbeResult r = run_probe("ready_2gpu", "", "--json");
-  EXPECT_HAS(r.output, "\"nvml\": {\"found\": true, \"path\": \"/");
-  EXPECT_HAS(r.output, "\"error\": null, \"driver_version\": \"580.65.06\", \"gpus\": [{\"index\": 0, ");
-  EXPECT_HAS(r.output, "{\"index\": 1, \"name\": \"Fake GPU 1\", \"total_memory\": 85899345920, "
-                       "\"used_memory\": 3221225472, \"compute_capability\": \"9.0\", \"driver_version\": "
-                       "\"580.65.06\", \"pci_bus_id\": \"00000000:65:00.0\"}]}");
+  nlohmann::json nvml = nlohmann::json::parse(r.output).at("nvml");
+  EXPECT_EQ(nvml["found"], true);
+  EXPECT_EQ(nvml["path"].get<std::string>().rfind('/', 0), 0u) << r.output;
+  EXPECT_TRUE(nvml["error"].is_null());
+  EXPECT_EQ(nvml["driver_version"], "580.65.06");
+  ASSERT_EQ(nvml["gpus"].size(), 2u) << r.output;
+  EXPECT_EQ(nvml["gpus"][0]["index"], 0);
+  EXPECT_EQ(nvml["gpus"][1], nlohmann::json::parse(R"({"index": 1, "name": "Fake GPU 1", "total_memory": 85899345920,
+      "used_memory": 3221225472, "compute_capability": "9.0", "driver_version": "580.65.06",
+      "pci_bus_id": "00000000:65:00.0"})"));
 }
 
 // NVML is optional: without it the doctor says so in one line and the verdict does not change.
@@ -62,8 +73,12 @@ TEST_F(DoctorFakes, MissingNvmlIsOneLineNotACause) {
   EXPECT_EQ(r.output.find("causes:"), std::string::npos) << r.output;
   EXPECT_HAS(r.output, "ready: cuda (2 GPUs)");
   ProbeResult json = run_probe("no_nvml", "", "--json");
-  EXPECT_HAS(json.output, "\"nvml\": {\"found\": false, \"path\": null, \"error\": \"libnvidia-ml.so.1: not found in ");
-  EXPECT_HAS(json.output, "\"driver_version\": null, \"gpus\": []}");
+  nlohmann::json nvml = nlohmann::json::parse(json.output).at("nvml");
+  EXPECT_EQ(nvml["found"], false);
+  EXPECT_TRUE(nvml["path"].is_null());
+  EXPECT_EQ(nvml["error"].get<std::string>().rfind("libnvidia-ml.so.1: not found in ", 0), 0u) << json.output;
+  EXPECT_TRUE(nvml["driver_version"].is_null());
+  EXPECT_EQ(nvml["gpus"], nlohmann::json::array());
 }
 
 TEST_F(DoctorFakes, NvmlThatCannotStartIsOneLine) {
@@ -84,12 +99,24 @@ TEST_F(DoctorFakes, NvmlWithoutLibcudaPointsAtDriverCapabilities) {
 TEST_F(DoctorFakes, JsonCarriesEveryField) {
   ProbeResult r = run_probe("ready_2gpu", "", "--json");
   EXPECT_EQ(r.exit_code, 0);
-  for (const char* field : {"\"driver\": {\"found\": true, \"version\": \"13.0\"", "\"cuda_runtime\": {",
-                            "\"cudnn\": {\"found\": true, \"version\": \"9.19.0\"", "\"cublas\": {\"found\": true, \"version\": \"13.1.0\"",
-                            "\"nccl\": {\"found\": true, \"version\": \"2.28.9\"", "\"gpus\": [{\"index\": 0",
-                            "\"verdict\": \"ready: cuda (2 GPUs)\"", "\"causes\": []", "\"path\": \"/"}) {
-    EXPECT_HAS(r.output, field);
+  EXPECT_EQ(r.output.find('\n'), r.output.size() - 1) << "one line: " << r.output;
+  nlohmann::ordered_json doc = nlohmann::ordered_json::parse(r.output);
+  std::vector<std::string> keys;
+  for (const auto& [key, value] : doc.items()) keys.push_back(key);
+  EXPECT_EQ(keys, (std::vector<std::string>{"driver", "cuda_runtime", "cudnn", "cublas", "nccl", "gpus", "nvml",
+                                            "cuda_visible_devices", "visible_devices_hide_all", "driver_init_error",
+                                            "built_against", "search", "plugin", "verdict", "verdict_code",
+                                            "exit_code", "causes"}));
+  for (const auto& [lib, version] : std::vector<std::pair<std::string, std::string>>{
+           {"driver", "13.0"}, {"cudnn", "9.19.0"}, {"cublas", "13.1.0"}, {"nccl", "2.28.9"}}) {
+    EXPECT_EQ(doc[lib]["found"], true) << lib;
+    EXPECT_EQ(doc[lib]["version"], version) << lib;
+    EXPECT_EQ(doc[lib]["path"].get<std::string>().rfind('/', 0), 0u) << lib;
   }
+  EXPECT_TRUE(doc["cuda_runtime"].is_object());
+  EXPECT_EQ(doc["gpus"][0]["index"], 0);
+  EXPECT_EQ(doc["verdict"], "ready: cuda (2 GPUs)");
+  EXPECT_EQ(doc["causes"], nlohmann::ordered_json::array());
 }
 
 TEST_F(DoctorFakes, DriverTooOldIsNotReady) {
@@ -118,7 +145,7 @@ TEST_F(DoctorFakes, CudnnBuiltForAnotherCudaIsNotReady) {
   ProbeResult r = run_probe("cudnn_for_cuda12", "", "--json");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_HAS(r.output, "was built for CUDA 12.8, but the CUDA runtime is 13.0");
-  EXPECT_HAS(r.output, "\"verdict_code\": \"not_ready\"");
+  EXPECT_EQ(nlohmann::json::parse(r.output)["verdict_code"], "not_ready");
 }
 
 TEST_F(DoctorFakes, MissingNcclBlocksSeveralGpusOnly) {

@@ -4,6 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <string>
 #include <vector>
 
@@ -103,7 +105,10 @@ TEST(DoctorConfigTest, BatchThatDoesNotDivideIsNotReady) {
   EXPECT_EQ(report.exit_code(), 1);
   EXPECT_THAT(report.verdict_line, HasSubstr("not ready: "));
   EXPECT_THAT(render_config_text(check), HasSubstr("cannot start"));
-  EXPECT_THAT(render_json_with_config(report, check), HasSubstr("\"config\":{"));
+  nlohmann::json doc = nlohmann::json::parse(render_json_with_config(report, check));
+  EXPECT_EQ(doc["config"]["path"], "run.yaml");
+  EXPECT_EQ(doc["config"]["ok"], false);
+  EXPECT_EQ(doc["exit_code"], 1);
 }
 
 TEST(DoctorConfigTest, CudaWithoutAGpuIsNotReady) {

@@ -9,7 +9,7 @@
 #include <map>
 #include <thread>
 
-#include "data/json_writer.h"
+#include "data/json_values.h"
 #include "data/pipeline/replica_pipeline.h"
 
 namespace tandem::tools {
@@ -147,31 +147,29 @@ std::string render_bench_input_text(const BenchInputReport& r, const BenchInputA
 }
 
 std::string render_bench_input_json(const BenchInputReport& r, const BenchInputArgs& args) {
-  data::JsonWriter j;
-  j.begin_object().key("replicas").number(static_cast<uint64_t>(args.replicas));
-  j.key("batch_size").number(static_cast<uint64_t>(r.batch_size));
-  j.key("seconds").float_value(r.measured_seconds);
-  j.key("plan").begin_array();
-  for (const std::string& line : r.plan) j.string(line);
-  j.end_array().key("per_replica").begin_array();
+  using Json = nlohmann::ordered_json;
+  using data::float32_json;  // rates and times to float precision: shorter, and precise enough
+  Json replicas = Json::array();
   for (const ReplicaRate& rate : r.replicas) {
-    j.begin_object().key("replica").number(static_cast<uint64_t>(rate.replica));
-    j.key("images_per_second").float_value(rate.images_per_second);
-    j.key("batch_wait_p50_ms").float_value(rate.batch_wait_p50_ms);
-    j.key("batch_wait_p95_ms").float_value(rate.batch_wait_p95_ms).end_object();
+    replicas.push_back({{"replica", rate.replica},
+                        {"images_per_second", float32_json(static_cast<float>(rate.images_per_second))},
+                        {"batch_wait_p50_ms", float32_json(static_cast<float>(rate.batch_wait_p50_ms))},
+                        {"batch_wait_p95_ms", float32_json(static_cast<float>(rate.batch_wait_p95_ms))}});
   }
-  j.end_array().key("total_images_per_second").float_value(r.total_images_per_second);
-  j.key("stages").begin_array();
+  Json stages = Json::array();
   for (const StageLoad& s : r.stages) {
-    j.begin_object().key("name").string(s.name).key("busy_seconds").float_value(s.busy_seconds);
-    j.key("threads_per_replica").number(static_cast<uint64_t>(s.threads));
-    j.key("utilisation").float_value(s.utilisation).end_object();
+    stages.push_back({{"name", s.name}, {"busy_seconds", float32_json(static_cast<float>(s.busy_seconds))},
+                      {"threads_per_replica", s.threads},
+                      {"utilisation", float32_json(static_cast<float>(s.utilisation))}});
   }
-  j.end_array().key("limiting_stage").string(r.limiting_stage);
-  j.key("fed_step_time_ms").float_value(r.fed_step_time_ms);
-  if (args.step_time_ms > 0) j.key("keeps_replicas_fed").boolean(r.fed_step_time_ms <= args.step_time_ms);
-  j.end_object();
-  return j.str() + "\n";
+  Json out{{"replicas", args.replicas}, {"batch_size", r.batch_size},
+           {"seconds", float32_json(static_cast<float>(r.measured_seconds))}, {"plan", r.plan},
+           {"per_replica", std::move(replicas)},
+           {"total_images_per_second", float32_json(static_cast<float>(r.total_images_per_second))},
+           {"stages", std::move(stages)}, {"limiting_stage", r.limiting_stage},
+           {"fed_step_time_ms", float32_json(static_cast<float>(r.fed_step_time_ms))}};
+  if (args.step_time_ms > 0) out["keeps_replicas_fed"] = r.fed_step_time_ms <= args.step_time_ms;
+  return out.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace tandem::tools

@@ -46,7 +46,7 @@ std::string render_config_text(const ConfigCheck& c) {
 }
 
 std::string render_json_with_config(const backend::DoctorReport& report, const ConfigCheck& c) {
-  auto doc = nlohmann::ordered_json::parse(backend::render_json(report));
+  nlohmann::ordered_json doc = backend::json_document(report);
   nlohmann::ordered_json config{{"path", c.path}, {"device", c.plan.device}, {"devices", c.plan.devices},
                                 {"ok", c.plan.ok}};
   if (c.plan.ok) {
@@ -74,7 +74,7 @@ std::string render_json_with_config(const backend::DoctorReport& report, const C
   }
   config["causes"] = causes;
   doc["config"] = config;
-  return doc.dump() + "\n";
+  return doc.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";  // as render_json
 }
 
 }  // namespace tandem::tools

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json_fwd.hpp>
+
 namespace tandem::backend {
 
 // One probed library: libcuda.so.1, libcudart.so.13, libcudnn.so.9, libcublas.so.13 or libnccl.so.2.
@@ -122,6 +124,8 @@ std::string cudnn_version_text(int version);  // 91900 -> "9.19.0", 8907 -> "8.9
 std::string triple_version_text(int version); // 130100 -> "13.1.0" (cuBLAS, NCCL >= 2.9)
 
 std::string render_text(const DoctorReport& report);
+// The --json document (keys in the order shown in docs/TROUBLESHOOTING.md) and its one-line text.
+nlohmann::ordered_json json_document(const DoctorReport& report);
 std::string render_json(const DoctorReport& report);
 
 }  // namespace tandem::backend

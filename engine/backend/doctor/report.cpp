@@ -3,6 +3,8 @@
 // every GPU NVML sees with its memory in use, as issue 10 adds).
 #include <fmt/format.h>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/backend/doctor/cuda_build_info.h"
 #include "engine/backend/doctor/doctor.h"
 
@@ -27,32 +29,21 @@ std::string_view verdict_name(Verdict v) {
   return "not_ready";
 }
 
-std::string json_string(std::string_view text) {
-  std::string out = "\"";
-  for (char c : text) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          out += fmt::format("\\u{:04x}", static_cast<int>(c));
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out + "\"";
-}
+using Json = nlohmann::ordered_json;
 
-std::string json_library(const LibraryReport& lib) {
-  return fmt::format(
-      "{{\"found\": {}, \"version\": {}, \"version_code\": {}, \"path\": {}, \"error\": {}, \"soname\": {}, "
-      "\"built_against\": {}, \"detail\": {}, \"on_loader_path\": {}}}",
-      lib.found, lib.found ? json_string(lib.version_text) : "null", lib.version,
-      lib.found ? json_string(lib.path) : "null", lib.error.empty() ? "null" : json_string(lib.error),
-      json_string(lib.soname), json_string(lib.built_against), json_string(lib.detail), lib.on_loader_path);
+// Empty text means "none" in the report structs; JSON says null.
+Json text_or_null(const std::string& text) { return text.empty() ? Json(nullptr) : Json(text); }
+
+Json library_json(const LibraryReport& lib) {
+  return Json{{"found", lib.found},
+              {"version", lib.found ? Json(lib.version_text) : Json(nullptr)},
+              {"version_code", lib.version},
+              {"path", lib.found ? Json(lib.path) : Json(nullptr)},
+              {"error", text_or_null(lib.error)},
+              {"soname", lib.soname},
+              {"built_against", lib.built_against},
+              {"detail", lib.detail},
+              {"on_loader_path", lib.on_loader_path}};
 }
 
 std::string text_library(const char* title, const LibraryReport& lib) {
@@ -91,18 +82,43 @@ std::string text_nvml(const NvmlReport& n) {
   return out;
 }
 
-std::string json_nvml(const NvmlReport& n) {
-  std::string gpus;
+Json nvml_json(const NvmlReport& n) {
+  Json gpus = Json::array();
   for (const NvmlGpuReport& g : n.gpus) {
-    gpus += fmt::format(
-        "{}{{\"index\": {}, \"name\": {}, \"total_memory\": {}, \"used_memory\": {}, "
-        "\"compute_capability\": \"{}.{}\", \"driver_version\": {}, \"pci_bus_id\": {}}}",
-        gpus.empty() ? "" : ", ", g.index, json_string(g.name), g.memory_total, g.memory_used, g.cc_major, g.cc_minor,
-        json_string(n.driver_version), g.pci_bus_id.empty() ? "null" : json_string(g.pci_bus_id));
+    gpus.push_back({{"index", g.index},
+                    {"name", g.name},
+                    {"total_memory", g.memory_total},
+                    {"used_memory", g.memory_used},
+                    {"compute_capability", fmt::format("{}.{}", g.cc_major, g.cc_minor)},
+                    {"driver_version", n.driver_version},
+                    {"pci_bus_id", text_or_null(g.pci_bus_id)}});
   }
-  return fmt::format("{{\"found\": {}, \"path\": {}, \"error\": {}, \"driver_version\": {}, \"gpus\": [{}]}}", n.found,
-                     n.path.empty() ? "null" : json_string(n.path), n.error.empty() ? "null" : json_string(n.error),
-                     n.found ? json_string(n.driver_version) : "null", gpus);
+  return Json{{"found", n.found},
+              {"path", text_or_null(n.path)},
+              {"error", text_or_null(n.error)},
+              {"driver_version", n.found ? Json(n.driver_version) : Json(nullptr)},
+              {"gpus", std::move(gpus)}};
+}
+
+Json gpus_json(const std::vector<GpuReport>& gpus) {
+  Json out = Json::array();
+  for (const GpuReport& g : gpus) {
+    out.push_back({{"index", g.index},
+                   {"name", g.name},
+                   {"total_memory", g.total_memory},
+                   {"compute_capability", fmt::format("{}.{}", g.cc_major, g.cc_minor)},
+                   {"kernels_usable", g.kernels_usable},
+                   {"kernels", g.kernels}});
+  }
+  return out;
+}
+
+Json causes_json(const std::vector<Cause>& causes) {
+  Json out = Json::array();
+  for (const Cause& c : causes) {
+    out.push_back({{"severity", severity_name(c.severity)}, {"summary", c.summary}, {"fix", c.fix}});
+  }
+  return out;
 }
 
 }  // namespace
@@ -136,32 +152,30 @@ std::string render_text(const DoctorReport& r) {
   return out + r.verdict_line + "\n";
 }
 
+nlohmann::ordered_json json_document(const DoctorReport& r) {
+  return Json{{"driver", library_json(r.driver)},
+              {"cuda_runtime", library_json(r.cuda_runtime)},
+              {"cudnn", library_json(r.cudnn)},
+              {"cublas", library_json(r.cublas)},
+              {"nccl", library_json(r.nccl)},
+              {"gpus", gpus_json(r.gpus)},
+              {"nvml", nvml_json(r.nvml)},
+              {"cuda_visible_devices", r.cuda_visible_devices ? Json(*r.cuda_visible_devices) : Json(nullptr)},
+              {"visible_devices_hide_all", r.visible_devices_hide_all},
+              {"driver_init_error", text_or_null(r.init_error)},
+              {"built_against", {{"cuda", build_info::kCudaVersionText}, {"architectures", r.built_architectures}}},
+              {"search", r.search},
+              {"plugin", text_or_null(r.plugin)},
+              {"verdict", r.verdict_line},
+              {"verdict_code", verdict_name(r.verdict)},
+              {"exit_code", r.exit_code()},
+              {"causes", causes_json(r.causes)}};
+}
+
+// One line for scripts; replace, because names and paths come from drivers and the file system
+// unchecked, and a stray byte must not make the doctor throw.
 std::string render_json(const DoctorReport& r) {
-  std::string gpus;
-  for (const GpuReport& g : r.gpus) {
-    gpus += fmt::format(
-        "{}{{\"index\": {}, \"name\": {}, \"total_memory\": {}, \"compute_capability\": \"{}.{}\", "
-        "\"kernels_usable\": {}, \"kernels\": {}}}",
-        gpus.empty() ? "" : ", ", g.index, json_string(g.name), g.total_memory, g.cc_major, g.cc_minor,
-        g.kernels_usable, json_string(g.kernels));
-  }
-  std::string causes;
-  for (const Cause& c : r.causes) {
-    causes += fmt::format("{}{{\"severity\": \"{}\", \"summary\": {}, \"fix\": {}}}", causes.empty() ? "" : ", ",
-                          severity_name(c.severity), json_string(c.summary), json_string(c.fix));
-  }
-  return fmt::format(
-      "{{\"driver\": {}, \"cuda_runtime\": {}, \"cudnn\": {}, \"cublas\": {}, \"nccl\": {}, \"gpus\": [{}], "
-      "\"nvml\": {}, \"cuda_visible_devices\": {}, \"visible_devices_hide_all\": {}, \"driver_init_error\": {}, "
-      "\"built_against\": {{\"cuda\": {}, \"architectures\": {}}}, \"search\": {}, \"plugin\": {}, "
-      "\"verdict\": {}, \"verdict_code\": \"{}\", \"exit_code\": {}, \"causes\": [{}]}}\n",
-      json_library(r.driver), json_library(r.cuda_runtime), json_library(r.cudnn), json_library(r.cublas),
-      json_library(r.nccl), gpus, json_nvml(r.nvml),
-      r.cuda_visible_devices ? json_string(*r.cuda_visible_devices) : "null",
-      r.visible_devices_hide_all, r.init_error.empty() ? "null" : json_string(r.init_error),
-      json_string(build_info::kCudaVersionText), json_string(r.built_architectures), json_string(r.search),
-      r.plugin.empty() ? "null" : json_string(r.plugin), json_string(r.verdict_line), verdict_name(r.verdict),
-      r.exit_code(), causes);
+  return json_document(r).dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace tandem::backend
