@@ -37,8 +37,7 @@ void fill_host(Tensor& w, Draw draw) {
 }  // namespace
 
 void kaiming_normal_fan_out(Tensor& w) {
-  float std = std::sqrt(2.0f / static_cast<float>(fan_out(w.shape())));
-  fill_host(w, [std] { return std * generator().normal(); });
+  normal(w, std::sqrt(2.0f / static_cast<float>(fan_out(w.shape()))));
 }
 
 void normal(Tensor& w, float std) {

@@ -46,8 +46,6 @@ void Progress::update(const ProgressLine& l) {
   }
 }
 
-void Progress::finish_line() { finish_progress_line(); }
-
 void finish_progress_line() {
   if (bar_open.exchange(false)) std::fputc('\n', stderr);
 }

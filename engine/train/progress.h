@@ -25,9 +25,6 @@ class Progress {
   // terminal: redraw one line in place; otherwise print a line every `every` steps.
   Progress(bool terminal, int64_t every);
   void update(const ProgressLine& line);
-  // Ends the bar line (on a terminal) before other output.
-  void finish_line();
-
  private:
   bool terminal_;
   int64_t every_;

@@ -500,8 +500,7 @@ void ReplicaLoop::checkpoint(int64_t epoch, int64_t batches_into_epoch, const Ba
     meta.config = shared_.setup.resolved_config;
     fill_run_state(meta);
     finish_progress_line();
-    shared_.checkpoints->save(*model_, *optimizer_, meta);  // logs where it went
-    CheckpointReport report{step_, epoch, shared_.checkpoints->path_for_step(step_)};
+    CheckpointReport report{step_, epoch, shared_.checkpoints->save(*model_, *optimizer_, meta)};  // logs where it went
     // MetricsWriter flushes here: metrics up to the checkpoint reach the disk with it, and a kill
     // from here on loses only rows a resumed run writes again.
     shared_.for_each_callback([&](Callback& c) { c.on_checkpoint(report, shared_.control); });
