@@ -20,10 +20,6 @@ std::shared_ptr<nn::Sequential> maybe_downsample(int64_t in, int64_t out, int64_
   return std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{conv(in, out, 1, stride), bn(out, false)});
 }
 
-// The residual sum and the block's final ReLU.
-Variable add_relu(ExecutionContext& ctx, const Variable& y, const Variable& shortcut) {
-  return autograd::relu(ctx, autograd::add(ctx, y, shortcut));
-}
 
 template <typename Block>
 std::shared_ptr<nn::Sequential> make_stage(int64_t& in_planes, int64_t planes, int blocks, int64_t stride) {
@@ -49,7 +45,7 @@ BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride) {
 Variable BasicBlock::forward(ExecutionContext& ctx, const Variable& x) {
   Variable y = (*bn1_)(ctx, (*conv1_)(ctx, x));
   y = (*bn2_)(ctx, (*conv2_)(ctx, y));
-  return add_relu(ctx, y, downsample_ ? (*downsample_)(ctx, x) : x);
+  return autograd::add_relu(ctx, y, downsample_ ? (*downsample_)(ctx, x) : x);
 }
 
 Bottleneck::Bottleneck(int64_t in_planes, int64_t planes, int64_t stride) {
@@ -67,7 +63,7 @@ Variable Bottleneck::forward(ExecutionContext& ctx, const Variable& x) {
   Variable y = (*bn1_)(ctx, (*conv1_)(ctx, x));
   y = (*bn2_)(ctx, (*conv2_)(ctx, y));
   y = (*bn3_)(ctx, (*conv3_)(ctx, y));
-  return add_relu(ctx, y, downsample_ ? (*downsample_)(ctx, x) : x);
+  return autograd::add_relu(ctx, y, downsample_ ? (*downsample_)(ctx, x) : x);
 }
 
 ResNet::ResNet(const std::vector<int>& blocks, bool bottleneck, int64_t num_classes, int64_t in_channels) {

@@ -31,6 +31,8 @@ Variable global_avg_pool(ExecutionContext& ctx, const Variable& x);  // (N, C, H
 Variable linear(ExecutionContext& ctx, const Variable& x, const Variable& w, const Variable& b);
 Variable matmul(ExecutionContext& ctx, const Variable& a, const Variable& b);
 Variable add(ExecutionContext& ctx, const Variable& a, const Variable& b);
+// relu(a + b) in one pass each way: a residual block's end. Both inputs get the same gradient tensor.
+Variable add_relu(ExecutionContext& ctx, const Variable& a, const Variable& b);
 Variable mul(ExecutionContext& ctx, const Variable& a, const Variable& b);
 Variable scale(ExecutionContext& ctx, const Variable& x, float alpha);
 Variable sum(ExecutionContext& ctx, const Variable& x);  // shape []

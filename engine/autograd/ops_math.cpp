@@ -45,6 +45,15 @@ Variable add(ExecutionContext& ctx, const Variable& a, const Variable& b) {
   return make_op("add", std::move(y), {a, b}, [](const Tensor& dy) { return std::vector<Tensor>{dy, dy}; });
 }
 
+Variable add_relu(ExecutionContext& ctx, const Variable& a, const Variable& b) {
+  Tensor y = backend::add_relu(ctx, a.value(), b.value());
+  Tensor saved_y = y;
+  return make_op("add_relu", std::move(y), {a, b}, [&ctx, saved_y](const Tensor& dy) {
+    Tensor dx = backend::relu_backward(ctx, saved_y, dy);
+    return std::vector<Tensor>{dx, dx};
+  });
+}
+
 Variable mul(ExecutionContext& ctx, const Variable& a, const Variable& b) {
   Tensor av = a.value(), bv = b.value();
   Tensor y = backend::mul(ctx, av, bv);

@@ -74,6 +74,8 @@ struct KernelTable {
 
   // Elementwise over equal shapes and formats (f32).
   void (*add)(Ctx&, const Tensor& a, const Tensor& b, Tensor& y) = nullptr;       // y = a + b
+  // y = relu(a + b) in one pass (a residual block's end), bit for bit relu_forward(add(a, b)).
+  void (*add_relu)(Ctx&, const Tensor& a, const Tensor& b, Tensor& y) = nullptr;
   void (*mul)(Ctx&, const Tensor& a, const Tensor& b, Tensor& y) = nullptr;       // y = a * b
   void (*scale)(Ctx&, const Tensor& x, float alpha, Tensor& y) = nullptr;         // y = alpha x
   void (*axpy)(Ctx&, float alpha, const Tensor& x, Tensor& y) = nullptr;          // y += alpha x

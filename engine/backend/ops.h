@@ -77,6 +77,7 @@ struct LinearWeightGrads {
 LinearWeightGrads linear_backward_weights(Ctx&, const Tensor& x, const Tensor& dy, bool with_bias);
 
 Tensor add(Ctx&, const Tensor& a, const Tensor& b);
+Tensor add_relu(Ctx&, const Tensor& a, const Tensor& b);  // relu(a + b), one pass
 Tensor mul(Ctx&, const Tensor& a, const Tensor& b);
 Tensor scale(Ctx&, const Tensor& x, float alpha);
 void axpy(Ctx&, float alpha, const Tensor& x, Tensor& y);

@@ -83,6 +83,16 @@ Tensor add(Ctx& ctx, const Tensor& a, const Tensor& b) {
   return y;
 }
 
+Tensor add_relu(Ctx& ctx, const Tensor& a, const Tensor& b) {
+  check_f32("add_relu", "a", a, ctx);
+  check_f32("add_relu", "b", b, ctx);
+  check_same("add_relu", "a", a, "b", b);
+  auto fn = entry(table(ctx).add_relu, "add_relu", ctx);
+  Tensor y = like(ctx, a.shape(), a.format());
+  fn(ctx, a, b, y);
+  return y;
+}
+
 Tensor mul(Ctx& ctx, const Tensor& a, const Tensor& b) {
   check_f32("mul", "a", a, ctx);
   check_f32("mul", "b", b, ctx);

@@ -103,6 +103,7 @@ TEST(CudaElementwise, MatchesTheCpuBackend) {
     Tensor dx = relu_backward(c.gpu, y, gb);
     EXPECT_TRUE(close(values(dx), values(relu_backward(c.cpu, relu_forward(c.cpu, a), b)), 0.0));
     EXPECT_TRUE(close(values(add(c.gpu, ga, gb)), values(add(c.cpu, a, b)), 0.0));
+    EXPECT_TRUE(close(values(add_relu(c.gpu, ga, gb)), values(add_relu(c.cpu, a, b)), 0.0));
     EXPECT_TRUE(close(values(mul(c.gpu, ga, gb)), values(mul(c.cpu, a, b)), 0.0));
     EXPECT_TRUE(close(values(scale(c.gpu, ga, -1.75f)), values(scale(c.cpu, a, -1.75f)), 0.0));
 

@@ -49,6 +49,7 @@ void linear_backward_weights(Ctx&, const Tensor& x, const Tensor& dy, Tensor& dw
 void relu_forward(Ctx&, const Tensor& x, Tensor& y);
 void relu_backward(Ctx&, const Tensor& y, const Tensor& dy, Tensor& dx);
 void add(Ctx&, const Tensor& a, const Tensor& b, Tensor& y);
+void add_relu(Ctx&, const Tensor& a, const Tensor& b, Tensor& y);
 void mul(Ctx&, const Tensor& a, const Tensor& b, Tensor& y);
 void scale(Ctx&, const Tensor& x, float alpha, Tensor& y);
 void axpy(Ctx&, float alpha, const Tensor& x, Tensor& y);

@@ -28,6 +28,7 @@ const KernelTable& kernel_table() {
     t.linear_backward_data = linear_backward_data;
     t.linear_backward_weights = linear_backward_weights;
     t.add = add;
+    t.add_relu = add_relu;
     t.mul = mul;
     t.scale = scale;
     t.axpy = axpy;

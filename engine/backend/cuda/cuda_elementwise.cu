@@ -34,6 +34,9 @@ struct ReluBackwardOp {
 struct AddOp {
   __device__ float operator()(float a, float b) const { return __fadd_rn(a, b); }
 };
+struct AddReluOp {  // ReluOp of AddOp, in one pass
+  __device__ float operator()(float a, float b) const { return ReluOp{}(__fadd_rn(a, b), 0.0f); }
+};
 struct MulOp {
   __device__ float operator()(float a, float b) const { return __fmul_rn(a, b); }
 };
@@ -136,6 +139,10 @@ void relu_backward(Ctx& ctx, const Tensor& y, const Tensor& dy, Tensor& dx) {
 }
 
 void add(Ctx& ctx, const Tensor& a, const Tensor& b, Tensor& y) { launch_map<2>(ctx, "add", AddOp{}, a, &b, y); }
+
+void add_relu(Ctx& ctx, const Tensor& a, const Tensor& b, Tensor& y) {
+  launch_map<2>(ctx, "add_relu", AddReluOp{}, a, &b, y);
+}
 
 void mul(Ctx& ctx, const Tensor& a, const Tensor& b, Tensor& y) { launch_map<2>(ctx, "mul", MulOp{}, a, &b, y); }
 
