@@ -5,6 +5,7 @@
 #include <optional>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "engine/autograd/variable.h"
 #include "engine/backend/ops.h"
@@ -39,6 +40,22 @@ void order_graph(const VariablePtr& root, std::vector<VariablePtr>& order,
 Tensor accumulate(ExecutionContext& ctx, const Tensor& existing, const Tensor& incoming) {
   if (!existing.defined()) return incoming;
   // Not in place: `existing` may be the very tensor another variable holds as its gradient.
+  return backend::add(ctx, existing, incoming);
+}
+
+// The sum of two gradients of a variable still inside the graph, written into whichever of the
+// two nobody else sees (a residual fork's second gradient, say), so a step allocates no third
+// tensor and makes one pass fewer. a + 1 * b rounds as a + b, so the values do not change.
+Tensor accumulate_pending(ExecutionContext& ctx, Tensor existing, Tensor incoming) {
+  if (!existing.defined()) return incoming;
+  if (existing.owns_storage_alone()) {
+    backend::axpy(ctx, 1.0f, incoming, existing);
+    return existing;
+  }
+  if (incoming.owns_storage_alone()) {
+    backend::axpy(ctx, 1.0f, existing, incoming);
+    return incoming;
+  }
   return backend::add(ctx, existing, incoming);
 }
 
@@ -84,7 +101,8 @@ void Variable::backward(ExecutionContext* ctx_in) {
         TANDEM_CHECK(dxs[i].shape() == in->value.shape(), ErrorCode::kInternal,
                      "backward of {}: gradient {} for input {} of shape {}", node->op, dxs[i].shape().str(), i,
                      in->value.shape().str());
-        pending[in] = accumulate(ctx, pending[in], dxs[i]);
+        Tensor& sum = pending[in];
+        sum = accumulate_pending(ctx, std::exchange(sum, Tensor()), std::exchange(dxs[i], Tensor()));
       }
       if (--uses[in] == 0 && !in->grad_fn) {
         // The last use of this leaf has sent its part: its gradient for this pass is final.

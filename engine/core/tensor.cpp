@@ -37,6 +37,10 @@ size_t nhwc_index(const Shape& s, int64_t n, int64_t c, int64_t h, int64_t w) {
 
 }  // namespace
 
+bool Tensor::owns_storage_alone() const {
+  return storage_ != nullptr && storage_.use_count() == 1 && !storage_->borrowed();
+}
+
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, MemoryFormat format) {
   check_format(shape, format);
   Tensor t;

@@ -35,6 +35,7 @@ class Storage {
 
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
+  bool borrowed() const { return allocator_ == nullptr; }
   Device device() const { return device_; }
   // Work queued on `stream` uses this memory too: its reuse after free waits for that work.
   void record_stream(Stream& stream);
@@ -103,6 +104,9 @@ class Tensor {
   std::vector<float> to_vector() const;
 
   bool shares_storage_with(const Tensor& other) const { return storage_ == other.storage_; }
+  // No other tensor (no view, no copy of this handle) sees this memory, and it is ours, not
+  // borrowed: writing into it in place cannot change a value anybody else holds.
+  bool owns_storage_alone() const;
   std::string describe() const;  // "f32[2, 3] cpu"
 
  private:

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "engine/autograd/gradcheck.h"
 #include "engine/autograd/ops.h"
 #include "engine/backend/ops.h"
 
@@ -49,6 +50,36 @@ TEST(Tape, SharedParameterSumsItsUsesAndHookFiresOnceWhenFinal) {
   EXPECT_EQ(fired, 1);
   EXPECT_EQ(seen, (std::vector<float>{9, 11}));  // already complete when the hook ran
   EXPECT_EQ(w.grad().to_vector(), seen);
+}
+
+TEST(Tape, InPlaceSumsAtForksNeverTouchASharedGradient) {
+  ExecutionContext ctx;
+  // add_relu hands a and b one shared gradient tensor; a is used once more, so its two gradients
+  // are summed, which must not write into the tensor that b's gradient is.
+  // loss = sum(relu(a + b) * r) + sum(3 a): da = r [a + b > 0] + 3, db = r [a + b > 0]
+  Variable a = param({1, -2, 3, -4}, {4}, "a"), b = param({0.5f, 1, -1, 2}, {4}, "b");
+  Variable r(Tensor::from_vector({1, 2, 3, 4}, {4}));
+  Variable loss = add(ctx, sum(ctx, mul(ctx, add_relu(ctx, a, b), r)), sum(ctx, scale(ctx, a, 3.0f)));
+  loss.backward(&ctx);
+  EXPECT_EQ(a.grad().to_vector(), (std::vector<float>{4, 3, 6, 3}));
+  EXPECT_EQ(b.grad().to_vector(), (std::vector<float>{1, 0, 3, 0}));
+  EXPECT_FALSE(a.grad().shares_storage_with(b.grad()));
+}
+
+TEST(Tape, AddReluMatchesReluOfAddAndFiniteDifferences) {
+  ExecutionContext ctx(Device::cpu());
+  Tensor x = Tensor::from_vector({0.5f, -1.2f, 0.3f, 2.0f, -0.7f, 1.1f}, {2, 3});
+  Tensor y = Tensor::from_vector({0.2f, 0.4f, -0.9f, 0.1f, -0.3f, -0.6f}, {2, 3});
+  GradCheckResult fused = check_gradients(
+      ctx, [&](const std::vector<Variable>& v) { return add_relu(ctx, v[0], v[1]); }, {x, y});
+  EXPECT_TRUE(fused.ok) << fused.worst;
+  Variable a = param(x.to_vector(), {2, 3}, "a"), b = param(y.to_vector(), {2, 3}, "b");
+  Variable c = param(x.to_vector(), {2, 3}, "c"), d = param(y.to_vector(), {2, 3}, "d");
+  Variable r(Tensor::from_vector({1, -2, 3, 4, 5, -6}, {2, 3}));
+  sum(ctx, mul(ctx, add_relu(ctx, a, b), r)).backward(&ctx);
+  sum(ctx, mul(ctx, relu(ctx, add(ctx, c, d)), r)).backward(&ctx);
+  EXPECT_EQ(a.grad().to_vector(), c.grad().to_vector());
+  EXPECT_EQ(b.grad().to_vector(), d.grad().to_vector());
 }
 
 TEST(Tape, HooksFireInReverseOrderOfUse) {
