@@ -67,7 +67,8 @@ TEST_P(BatchNormTest, TrainingInferenceAndBackwardMatchReference) {
 
 std::vector<BnCase> cases() {
   return {{{2, 3, 5, 7}, false}, {{1, 4, 3, 3}, true}, {{4, 8, 6, 5}, true}, {{3, 16, 1, 1}, false},
-          {{2, 19, 4, 4}, false}, {{2, 19, 4, 4}, true}};
+          {{2, 19, 4, 4}, false}, {{2, 19, 4, 4}, true},
+          {{2, 16, 5, 3}, false}, {{2, 16, 5, 3}, true}};  // channels_last 16: the nChw16c kernels
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, BatchNormTest,

@@ -33,6 +33,9 @@ std::vector<ConvCase> fixed_cases() {
       {{3, 4, 5, 6}, {4, 1, 3, 1}, params(2, 1, 1, 0, 1, 1, 4), false},   // depthwise
       {{2, 8, 6, 6}, {16, 8, 1, 1}, params(2, 2, 0, 0, 1, 1, 1), false},  // projection shortcut
       {{1, 5, 11, 9}, {7, 5, 5, 3}, params(1, 2, 2, 1, 1, 2, 1), true},
+      // 16 channels in and out: channels_last runs oneDNN's nChw16c kernels on the same memory.
+      {{2, 16, 7, 6}, {16, 16, 3, 3}, params(2, 1, 1, 1, 1, 1, 1), true},
+      {{2, 16, 5, 5}, {32, 16, 3, 3}, params(2, 2, 1, 1, 1, 1, 1), false},  // 16 in, 32 out: plain nhwc
       {{2, 16, 5, 5}, {16, 16, 3, 3}, params(1, 1, 1, 1, 1, 1, 1), false},
   };
 }

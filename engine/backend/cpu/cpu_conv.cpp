@@ -1,7 +1,10 @@
 // Convolution forward and both backwards through oneDNN. Activations stay in the tensor's
-// own layout (nchw or nhwc); weights go to whatever layout the chosen implementation wants
-// (a cheap reorder of the small weight tensor), which is what lets oneDNN pick its JIT kernels.
+// own layout (nchw or nhwc; 16-channel nhwc described as the identical nChw16c, whose kernels are
+// faster); weights go to whatever layout the chosen implementation wants (a cheap reorder of the
+// small weight tensor), which is what lets oneDNN pick its JIT kernels.
+#include <cstring>
 #include <optional>
+#include <utility>
 
 #include "engine/backend/cpu/cpu_kernels.h"
 #include "engine/backend/cpu/dnnl_util.h"
@@ -57,6 +60,28 @@ dnnl::convolution_forward::primitive_desc forward_pd(const Conv2dParams& p, cons
   return dnnl::convolution_forward::primitive_desc(desc, attr, cpu_engine());
 }
 
+// The two activations' descriptors (x and y, or dx and dy): both as nChw16c where that is their
+// very memory, else both as they lie (oneDNN has only reference kernels for mixed layouts).
+std::pair<memory::desc, memory::desc> activation_mds(const Conv2dParams& p, const Tensor& a, const Tensor& b,
+                                                     bool alias) {
+  if (alias && p.groups == 1 && is_blocked16_alias(a.shape(), a.format()) &&
+      is_blocked16_alias(b.shape(), b.format())) {
+    return {blocked16_alias_md(a.shape()), blocked16_alias_md(b.shape())};
+  }
+  return {activation_md(a.shape(), a.format()), activation_md(b.shape(), b.format())};
+}
+
+bool is_reference(const dnnl::primitive_desc_base& pd) { return std::strncmp(pd.impl_info_str(), "ref", 3) == 0; }
+
+// Makes the plan with the blocked description of the activations first; should oneDNN offer only
+// its reference kernel for it, the plain description instead (never slower than before).
+template <typename Make>
+auto with_fastest_description(Make make) {
+  auto plan = make(true);
+  if (is_reference(plan.pd)) plan = make(false);
+  return plan;
+}
+
 std::optional<dnnl::reorder> reorder_if_needed(const memory::desc& from, const memory::desc& to) {
   if (from == to) return std::nullopt;
   return dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), from, cpu_engine(), to));
@@ -100,6 +125,24 @@ memory prepared_weights(Ctx& ctx, const std::optional<dnnl::reorder>& r, const m
   return wanted;
 }
 
+BackwardWeightsPlan backward_weights_plan(const Conv2dParams& p, const Tensor& x, const Tensor& dy, const Tensor& dw,
+                                          bool bias, bool alias) {
+  auto [x_md, dy_md] = activation_mds(p, x, dy, alias);
+  BackwardWeightsPlan bw{x_md, dy_md, weights_md(dw.shape(), dw.format(), p.groups), {}, {}, {}};
+  auto hint = forward_pd(p, bw.x_md, dw.shape(), bw.dy_md, bias, dnnl::primitive_attr());
+  Geometry g = geometry(p);
+  memory::desc dw_md = any_weights_md(dw.shape(), p.groups);
+  auto desc = bias ? dnnl::convolution_backward_weights::desc(algorithm::convolution_direct, bw.x_md, dw_md,
+                                                              vector_md(dw.dim(0)), bw.dy_md, g.strides, g.dilates,
+                                                              g.pad_l, g.pad_r)
+                   : dnnl::convolution_backward_weights::desc(algorithm::convolution_direct, bw.x_md, dw_md, bw.dy_md,
+                                                              g.strides, g.dilates, g.pad_l, g.pad_r);
+  bw.pd = dnnl::convolution_backward_weights::primitive_desc(desc, user_scratchpad_attr(), cpu_engine(), hint);
+  bw.prim = dnnl::convolution_backward_weights(bw.pd);
+  bw.dw_reorder = reorder_if_needed(bw.pd.diff_weights_desc(), bw.user_dw_md);
+  return bw;
+}
+
 }  // namespace
 
 void conv2d_forward(Ctx& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& b,
@@ -109,12 +152,14 @@ void conv2d_forward(Ctx& ctx, const Conv2dParams& p, const Tensor& x, const Tens
   const ForwardPlan& plan =
       cache.get(conv_key(kConvForward, ctx, p, x, w.shape(), w.format(), b.defined()), [&] {
         return dnnl_check("convolution_forward::primitive_desc", {&x, &w, &b, &y}, [&] {
-          ForwardPlan f{activation_md(x.shape(), x.format()), activation_md(y.shape(), y.format()),
-                        weights_md(w.shape(), w.format(), p.groups), {}, {}, {}};
-          f.pd = forward_pd(p, f.x_md, w.shape(), f.y_md, b.defined(), user_scratchpad_attr());
-          f.prim = dnnl::convolution_forward(f.pd);
-          f.w_reorder = reorder_if_needed(f.user_w_md, f.pd.weights_desc());
-          return f;
+          return with_fastest_description([&](bool alias) {
+            auto [x_md, y_md] = activation_mds(p, x, y, alias);
+            ForwardPlan f{x_md, y_md, weights_md(w.shape(), w.format(), p.groups), {}, {}, {}};
+            f.pd = forward_pd(p, f.x_md, w.shape(), f.y_md, b.defined(), user_scratchpad_attr());
+            f.prim = dnnl::convolution_forward(f.pd);
+            f.w_reorder = reorder_if_needed(f.user_w_md, f.pd.weights_desc());
+            return f;
+          });
         });
       });
   Tensor w_buffer;
@@ -132,17 +177,19 @@ void conv2d_backward_data(Ctx& ctx, const Conv2dParams& p, const Tensor& dy, con
   static PlanCache<BackwardDataPlan> cache;
   const BackwardDataPlan& plan = cache.get(conv_key(kConvBackwardData, ctx, p, dx, w.shape(), w.format(), false), [&] {
     return dnnl_check("convolution_backward_data::primitive_desc", {&dy, &w, &dx}, [&] {
-      BackwardDataPlan d{activation_md(dx.shape(), dx.format()), activation_md(dy.shape(), dy.format()),
-                         weights_md(w.shape(), w.format(), p.groups), {}, {}, {}};
-      auto hint = forward_pd(p, d.dx_md, w.shape(), d.dy_md, false, dnnl::primitive_attr());
-      Geometry g = geometry(p);
-      dnnl::convolution_backward_data::desc desc(algorithm::convolution_direct, d.dx_md,
-                                                 any_weights_md(w.shape(), p.groups), d.dy_md, g.strides,
-                                                 g.dilates, g.pad_l, g.pad_r);
-      d.pd = dnnl::convolution_backward_data::primitive_desc(desc, user_scratchpad_attr(), cpu_engine(), hint);
-      d.prim = dnnl::convolution_backward_data(d.pd);
-      d.w_reorder = reorder_if_needed(d.user_w_md, d.pd.weights_desc());
-      return d;
+      return with_fastest_description([&](bool alias) {
+        auto [dx_md, dy_md] = activation_mds(p, dx, dy, alias);
+        BackwardDataPlan d{dx_md, dy_md, weights_md(w.shape(), w.format(), p.groups), {}, {}, {}};
+        auto hint = forward_pd(p, d.dx_md, w.shape(), d.dy_md, false, dnnl::primitive_attr());
+        Geometry g = geometry(p);
+        dnnl::convolution_backward_data::desc desc(algorithm::convolution_direct, d.dx_md,
+                                                   any_weights_md(w.shape(), p.groups), d.dy_md, g.strides,
+                                                   g.dilates, g.pad_l, g.pad_r);
+        d.pd = dnnl::convolution_backward_data::primitive_desc(desc, user_scratchpad_attr(), cpu_engine(), hint);
+        d.prim = dnnl::convolution_backward_data(d.pd);
+        d.w_reorder = reorder_if_needed(d.user_w_md, d.pd.weights_desc());
+        return d;
+      });
     });
   });
   Tensor w_buffer;
@@ -162,22 +209,7 @@ void conv2d_backward_weights(Ctx& ctx, const Conv2dParams& p, const Tensor& x, c
   const BackwardWeightsPlan& plan =
       cache.get(conv_key(kConvBackwardWeights, ctx, p, x, dw.shape(), dw.format(), bias), [&] {
         return dnnl_check("convolution_backward_weights::primitive_desc", {&x, &dy, &dw, &db}, [&] {
-          BackwardWeightsPlan bw{activation_md(x.shape(), x.format()), activation_md(dy.shape(), dy.format()),
-                                 weights_md(dw.shape(), dw.format(), p.groups), {}, {}, {}};
-          auto hint = forward_pd(p, bw.x_md, dw.shape(), bw.dy_md, bias, dnnl::primitive_attr());
-          Geometry g = geometry(p);
-          memory::desc dw_md = any_weights_md(dw.shape(), p.groups);
-          auto desc = bias ? dnnl::convolution_backward_weights::desc(algorithm::convolution_direct, bw.x_md, dw_md,
-                                                                      vector_md(dw.dim(0)), bw.dy_md, g.strides,
-                                                                      g.dilates, g.pad_l, g.pad_r)
-                           : dnnl::convolution_backward_weights::desc(algorithm::convolution_direct, bw.x_md, dw_md,
-                                                                      bw.dy_md, g.strides, g.dilates, g.pad_l,
-                                                                      g.pad_r);
-          bw.pd = dnnl::convolution_backward_weights::primitive_desc(desc, user_scratchpad_attr(), cpu_engine(),
-                                                                     hint);
-          bw.prim = dnnl::convolution_backward_weights(bw.pd);
-          bw.dw_reorder = reorder_if_needed(bw.pd.diff_weights_desc(), bw.user_dw_md);
-          return bw;
+          return with_fastest_description([&](bool alias) { return backward_weights_plan(p, x, dy, dw, bias, alias); });
         });
       });
   memory user_dw = make_memory(plan.user_dw_md, dw);

@@ -40,6 +40,14 @@ memory::desc activation_md(const Shape& s, MemoryFormat format) {
   return memory::desc(to_dims(s.dims()), memory::data_type::f32, tag);
 }
 
+bool is_blocked16_alias(const Shape& s, MemoryFormat format) {
+  return format == MemoryFormat::kChannelsLast && s.rank() == 4 && s[1] == 16;
+}
+
+memory::desc blocked16_alias_md(const Shape& s) {
+  return memory::desc(to_dims(s.dims()), memory::data_type::f32, memory::format_tag::nChw16c);
+}
+
 memory::desc weights_md(const Shape& s, MemoryFormat format, int64_t groups) {
   bool last = format == MemoryFormat::kChannelsLast;
   if (groups == 1) {

@@ -40,6 +40,11 @@ decltype(auto) dnnl_check(const char* call, std::initializer_list<const Tensor*>
 memory::dims to_dims(std::span<const int64_t> dims);
 // A 4-D (N, C, H, W) activation as it lies in memory: nchw or nhwc.
 memory::desc activation_md(const Shape& shape, MemoryFormat format);
+// With exactly 16 channels, nhwc and oneDNN's blocked nChw16c are the same bytes, and oneDNN's
+// kernels for the blocked layout are the faster ones there (a 16-channel convolution's backward
+// data 2.7x, batch norm 1.3x, on AVX-512): the same memory described as nChw16c.
+bool is_blocked16_alias(const Shape& shape, MemoryFormat format);
+memory::desc blocked16_alias_md(const Shape& shape);
 // (K, C / groups, R, S) weights, as oihw (or ohwi when channels_last), grouped when groups > 1.
 memory::desc weights_md(const Shape& shape, MemoryFormat format, int64_t groups);
 // A 1-D f32 vector of n elements (bias, batch-norm parameters and statistics).
