@@ -1,17 +1,20 @@
 #!/usr/bin/python3
-# The reference for bench/train_bench.cpp: the same CIFAR-style ResNet-20 (option B projections),
-# batch, shapes, optimizer and timing in PyTorch, printing the same figures as JSON lines.
-# Run with Debian's /usr/bin/python3 (python3-torch); bench/run_train_bench.sh sets malloc options.
+# The reference for bench/train_bench.cpp: the same models (CIFAR-style ResNet-20 with option B
+# projections, torchvision's ResNet-18, the MLP), batches, shapes, optimizer and timing in PyTorch,
+# printing the same figures as JSON lines. Run with Debian's /usr/bin/python3 (python3-torch);
+# bench/run_train_bench.sh sets the malloc options.
 import argparse
 import json
 import os
+import resource
 import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-BATCH, CLASSES, SIZE = 128, 10, 28
+# model: (batch, channels, size, classes), as train_bench's workloads() table.
+WORKLOADS = {"resnet20": (128, 1, 28, 10), "resnet18": (32, 3, 64, 200), "mlp": (128, 1, 28, 10)}
 
 
 class BasicBlock(nn.Module):
@@ -31,8 +34,14 @@ class BasicBlock(nn.Module):
         return F.relu(y + (self.downsample(x) if self.downsample is not None else x))
 
 
+def init_convs(model):  # torchvision's initialisation, as our models registry
+    for m in model.modules():
+        if isinstance(m, nn.Conv2d):
+            nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+
+
 class ResNet20(nn.Module):
-    def __init__(self, in_channels=1, num_classes=CLASSES, blocks=3):
+    def __init__(self, in_channels, num_classes, blocks=3):
         super().__init__()
         self.conv1 = nn.Conv2d(in_channels, 16, 3, 1, 1, bias=False)
         self.bn1 = nn.BatchNorm2d(16)
@@ -46,14 +55,63 @@ class ResNet20(nn.Module):
         self.layer1, self.layer2, self.layer3 = layers
         self.avgpool = nn.AdaptiveAvgPool2d(1)
         self.fc = nn.Linear(64, num_classes)
-        for m in self.modules():  # torchvision's initialisation, as our models registry
-            if isinstance(m, nn.Conv2d):
-                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+        init_convs(self)
 
     def forward(self, x):
         y = F.relu(self.bn1(self.conv1(x)))
         y = self.layer3(self.layer2(self.layer1(y)))
         return self.fc(torch.flatten(self.avgpool(y), 1))
+
+
+class ResNet18(nn.Module):  # torchvision's resnet18: 7x7 stem, max pool, four stages of two blocks
+    def __init__(self, in_channels, num_classes):
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, 64, 7, 2, 3, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        self.maxpool = nn.MaxPool2d(3, 2, 1)
+        stages, in_planes = [], 64
+        for i, planes in enumerate((64, 128, 256, 512)):
+            stride = 1 if i == 0 else 2
+            stages.append(nn.Sequential(BasicBlock(in_planes, planes, stride), BasicBlock(planes, planes, 1)))
+            in_planes = planes
+        self.layers = nn.Sequential(*stages)
+        self.avgpool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(512, num_classes)
+        init_convs(self)
+
+    def forward(self, x):
+        y = self.maxpool(F.relu(self.bn1(self.conv1(x))))
+        return self.fc(torch.flatten(self.avgpool(self.layers(y)), 1))
+
+
+def mlp(in_features, num_classes, hidden=(512, 512)):
+    layers, width = [nn.Flatten()], in_features
+    for h in hidden:
+        layers += [nn.Linear(width, h), nn.ReLU()]
+        width = h
+    return nn.Sequential(*layers, nn.Linear(width, num_classes))
+
+
+def make_model(name, channels, size, classes):
+    if name == "resnet20":
+        return ResNet20(channels, classes)
+    if name == "resnet18":
+        return ResNet18(channels, classes)
+    return mlp(channels * size * size, classes)
+
+
+def reset_peak_rss():
+    # As train_bench: Linux resets VmHWM to the current RSS on "5" to clear_refs.
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def peak_rss_bytes():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
 
 
 def percentile(values, q):
@@ -63,15 +121,18 @@ def percentile(values, q):
 
 def run(fmt, args):
     torch.manual_seed(1)
+    batch, channels, size, classes = WORKLOADS[args.model]
     memory_format = torch.channels_last if fmt == "nhwc" else torch.contiguous_format
-    model = ResNet20().to(memory_format=memory_format)
+    model = make_model(args.model, channels, size, classes).to(memory_format=memory_format)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    x = torch.randn(BATCH, 1, SIZE, SIZE).contiguous(memory_format=memory_format)  # made once
-    labels = torch.randint(0, CLASSES, (BATCH,))
+    x = torch.randn(batch, channels, size, size).contiguous(memory_format=memory_format)  # made once
+    labels = torch.randint(0, classes, (batch,))
     steps, fwd, bwd, opt = [], 0.0, 0.0, 0.0
     loss = None
     for i in range(args.warmup + args.steps):
         if i == args.warmup:
+            reset_peak_rss()
+            faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             start, cpu_start = time.perf_counter(), time.process_time()
         t0 = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
@@ -87,15 +148,18 @@ def run(fmt, args):
     wall = time.perf_counter() - start
     cpu = time.process_time() - cpu_start  # all threads: comparable with train_bench's figure
     n = args.steps
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
     return {
-        "engine": "pytorch", "torch": torch.__version__, "model": "resnet20", "format": fmt,
-        "threads": torch.get_num_threads(), "batch": BATCH, "steps": n, "warmup": args.warmup,
-        "images_per_sec": round(BATCH * n / wall, 2),
+        "engine": "pytorch", "torch": torch.__version__, "model": args.model, "format": fmt,
+        "threads": torch.get_num_threads(), "batch": batch, "steps": n, "warmup": args.warmup,
+        "images_per_sec": round(batch * n / wall, 2),
         "step_ms": {"p50": round(1e3 * percentile(steps, 0.5), 3), "p95": round(1e3 * percentile(steps, 0.95), 3)},
         "cpu_ms_per_step": round(1e3 * cpu / n, 3),
         "breakdown_ms": {"forward": round(1e3 * fwd / n, 3), "backward": round(1e3 * bwd / n, 3),
                          "optimizer": round(1e3 * opt / n, 3)},
         "system_allocations_per_step": None,  # PyTorch's CPU allocator keeps no such count
+        "page_faults_per_step": round(faults / n, 1),
+        "peak_rss_bytes": peak_rss_bytes(),
         "final_loss": round(loss.item(), 5),
         "load_average": " ".join(f"{v:.2f}" for v in os.getloadavg()),
         "malloc": {k: os.environ.get(k) for k in ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_")},
@@ -103,7 +167,8 @@ def run(fmt, args):
 
 
 def main():
-    p = argparse.ArgumentParser(description="ResNet-20 training step loop in PyTorch (JSON lines)")
+    p = argparse.ArgumentParser(description="A training step loop in PyTorch (JSON lines)")
+    p.add_argument("--model", choices=tuple(WORKLOADS), default="resnet20")
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--threads", type=int, default=0, help="0: every core this process may use")

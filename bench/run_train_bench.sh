@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# ResNet-20 training step, ours (bench/train_bench.cpp) against PyTorch (bench/pytorch_resnet20.py),
-# run alternately, round by round, so the drift of a shared machine hits both alike; prints medians.
+# A training step, ours (bench/train_bench.cpp) against PyTorch (bench/pytorch_train.py), run
+# alternately, round by round, so the drift of a shared machine hits both alike; prints the ratio of
+# each round, their median, and beside them the floor: our step's convolutions alone (oneDNN's time,
+# which PyTorch spends too). --model resnet20 (default), resnet18 or mlp (NCHW only: it has no images).
 # Builds nothing: build train_bench first (docs/PERFORMANCE.md gives the commands).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${TRAIN_BENCH:-$root/build-bench/bench/train_bench}
 python=${PYTHON:-/usr/bin/python3}  # Debian's python3-torch; a pyenv python3 on PATH has no torch
-rounds=3 steps=5 warmup=2 threads=0 formats="nchw nhwc"
+rounds=3 steps=5 warmup=2 threads=0 formats="nchw nhwc" model=resnet20
 
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -16,7 +18,9 @@ while [[ $# -gt 0 ]]; do
     --warmup) warmup=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
     --format) [[ $2 == both ]] && formats="nchw nhwc" || formats=$2; shift 2 ;;
-    *) echo "usage: $0 [--rounds N] [--steps N] [--warmup N] [--threads N] [--format nchw|nhwc|both]" >&2; exit 2 ;;
+    --model) model=$2; shift 2 ;;
+    *) echo "usage: $0 [--model resnet20|resnet18|mlp] [--rounds N] [--steps N] [--warmup N] [--threads N]" \
+            "[--format nchw|nhwc|both]" >&2; exit 2 ;;
   esac
 done
 
@@ -37,13 +41,14 @@ if ! "$python" -c 'import torch' 2>/dev/null; then
   echo "$python cannot import torch (install python3-torch): printing our figures alone"
 fi
 
+[[ $model == mlp ]] && formats=nchw  # a flat input: channels_last means nothing to it
 results=$(mktemp --suffix=.jsonl)
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)   malloc: MALLOC_TRIM_THRESHOLD_=$MALLOC_TRIM_THRESHOLD_" \
-     "MALLOC_MMAP_THRESHOLD_=$MALLOC_MMAP_THRESHOLD_   steps $steps after $warmup warm-up, $rounds rounds"
-args=(--steps "$steps" --warmup "$warmup" --threads "$threads")
+     "MALLOC_MMAP_THRESHOLD_=$MALLOC_MMAP_THRESHOLD_   $model, steps $steps after $warmup warm-up, $rounds rounds"
+args=(--model "$model" --steps "$steps" --warmup "$warmup" --threads "$threads")
 tag() { sed "s/^{/{\"round\": $round, /" >>"$results"; }  # JSON lines, each marked with its round
 ours() { "$bin" "${args[@]}" --format "$fmt" --json | tag || echo "train_bench failed ($fmt, round $round)" >&2; }
-theirs() { "$python" "$root/bench/pytorch_resnet20.py" "${args[@]}" --format "$fmt" | tag || echo "PyTorch failed ($fmt)" >&2; }
+theirs() { "$python" "$root/bench/pytorch_train.py" "${args[@]}" --format "$fmt" | tag || echo "PyTorch failed ($fmt)" >&2; }
 for ((round = 1; round <= rounds; ++round)); do
   for fmt in $formats; do
     # Alternate who goes first, so neither always runs in the other's wake.
@@ -61,16 +66,25 @@ import json, statistics, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
 def pick(engine, fmt, key):
     return {r["round"]: r[key] for r in rows if r["engine"] == engine and r["format"] == fmt}
-print("\n| format | ours images/s | PyTorch images/s | ours / PyTorch (min-max) | CPU ms/step ours | CPU ms/step PyTorch |")
-print("|---|---:|---:|---:|---:|---:|")
+print("\n| model | format | ours images/s | PyTorch images/s | ours / PyTorch: median (per round) "
+      "| step ms ours | step ms PyTorch | convolutions alone ms (share of ours) | peak RSS MiB ours / PyTorch "
+      "| page faults per step ours / PyTorch |")
+print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
 for fmt in ("nchw", "nhwc"):
     ours, theirs = pick("tandem", fmt, "images_per_sec"), pick("pytorch", fmt, "images_per_sec")
     if not ours:
         continue
-    cpu_ours, cpu_theirs = pick("tandem", fmt, "cpu_ms_per_step"), pick("pytorch", fmt, "cpu_ms_per_step")
+    model = next(r["model"] for r in rows if r["engine"] == "tandem")
+    step = lambda engine: {k: v["p50"] for k, v in pick(engine, fmt, "step_ms").items()}
     # Ratios are paired by round (both ran within the same minute), then the median is taken.
-    ratios = [ours[k] / theirs[k] for k in ours if k in theirs]
-    med = lambda d: f"{statistics.median(d.values()):.1f}" if d else "-"
-    ratio = f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})" if ratios else "-"
-    print(f"| {fmt} | {med(ours)} | {med(theirs)} | {ratio} | {med(cpu_ours)} | {med(cpu_theirs)} |")
+    ratios = [ours[k] / theirs[k] for k in sorted(ours) if k in theirs]
+    med = lambda d, f=".1f": format(statistics.median(d.values()), f) if d else "-"
+    mib = lambda engine: {k: v / 2**20 for k, v in pick(engine, fmt, "peak_rss_bytes").items()}
+    conv, step_ours = pick("tandem", fmt, "conv_ms_per_step"), step("tandem")
+    share = f"{statistics.median(conv.values()) / statistics.median(step_ours.values()):.0%}" if conv else "-"
+    each = ", ".join(f"{r:.2f}" for r in ratios)
+    ratio = f"{statistics.median(ratios):.2f} ({each})" if ratios else "-"
+    print(f"| {model} | {fmt} | {med(ours)} | {med(theirs)} | {ratio} | {med(step_ours)} | {med(step('pytorch'))} "
+          f"| {med(conv)} ({share}) | {med(mib('tandem'), '.0f')} / {med(mib('pytorch'), '.0f')} "
+          f"| {med(pick('tandem', fmt, 'page_faults_per_step'))} / {med(pick('pytorch', fmt, 'page_faults_per_step'))} |")
 EOF

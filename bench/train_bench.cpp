@@ -1,7 +1,10 @@
-// One training step loop of the CIFAR-style ResNet-20 from the models registry on Fashion-MNIST
-// shapes (batch 128, 1x28x28, 10 classes, SGD momentum 0.9), in NCHW and channels_last. Prints
-// images/s, step-time percentiles, the forward/backward/optimizer split, system allocations per
-// warm step and (--profile) time per kernel; bench/run_train_bench.sh sets it beside PyTorch's.
+// One training step loop (SGD momentum 0.9) of a model from the models registry, in NCHW and
+// channels_last: the CIFAR-style ResNet-20 on Fashion-MNIST shapes (batch 128, 1x28x28, 10
+// classes), ResNet-18 at batch 32 on 3x64x64 (200 classes, Tiny ImageNet's shapes), or a
+// 784-512-512-10 MLP at batch 128. Prints images/s, step-time percentiles, the forward/backward/
+// optimizer split, the convolutions' share (the oneDNN floor: the same step's convolutions alone),
+// system allocations, page faults and peak RSS of the warm steps, and (--profile) time per kernel;
+// bench/run_train_bench.sh sets it beside PyTorch's.
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -12,6 +15,8 @@
 #include <fstream>
 #include <map>
 #include <string>
+#include <string_view>
+#include <sys/resource.h>
 #include <type_traits>
 #include <vector>
 
@@ -32,9 +37,24 @@ using tandem::Tensor;
 using Clock = std::chrono::steady_clock;
 namespace backend = tandem::backend;
 
-constexpr int64_t kBatch = 128, kClasses = 10, kSize = 28;
+// The shapes of one bench: the PyTorch twin (bench/pytorch_train.py) uses the same table.
+struct Workload {
+  std::string model;
+  int64_t batch, channels, size, classes;
+  std::vector<int64_t> hidden;  // mlp only
+};
+
+const std::vector<Workload>& workloads() {
+  static const std::vector<Workload> all{{"resnet20", 128, 1, 28, 10, {}},
+                                         {"resnet18", 32, 3, 64, 200, {}},
+                                         {"mlp", 128, 1, 28, 10, {512, 512}}};
+  return all;
+}
+
+int64_t tally_batch = 128;  // the chosen workload's batch: the per-kernel tally tells activations by it
 
 struct Options {
+  Workload workload = workloads()[0];
   int steps = 30, warmup = 5, threads = 0;  // threads 0: every core this process may use
   std::vector<MemoryFormat> formats{MemoryFormat::kContiguous, MemoryFormat::kChannelsLast};
   bool json = false, profile = false;
@@ -42,8 +62,8 @@ struct Options {
 
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
-               "train_bench: %s\nusage: train_bench [--steps N] [--warmup N] [--threads N] "
-               "[--format nchw|nhwc|both] [--json] [--profile]\n",
+               "train_bench: %s\nusage: train_bench [--model resnet20|resnet18|mlp] [--steps N] [--warmup N] "
+               "[--threads N] [--format nchw|nhwc|both] [--json] [--profile]\n",
                why);
   std::exit(2);
 }
@@ -68,6 +88,12 @@ Options parse(int argc, char** argv) {
     else if (a == "--threads") o.threads = count(0);
     else if (a == "--json") o.json = true;
     else if (a == "--profile") o.profile = true;
+    else if (a == "--model") {
+      std::string m = value();
+      auto it = std::find_if(workloads().begin(), workloads().end(), [&](const Workload& w) { return w.model == m; });
+      if (it == workloads().end()) usage(("--model must be resnet20, resnet18 or mlp, got " + m).c_str());
+      o.workload = *it;
+    }
     else if (a == "--format") {
       std::string f = value();
       if (f == "nchw") o.formats = {MemoryFormat::kContiguous};
@@ -105,7 +131,7 @@ struct Timed<void (*)(A...)> {
     auto tally = [&s](const auto& arg) {
       if constexpr (std::is_same_v<std::decay_t<decltype(arg)>, Tensor>) {
         // Activations only: they lead with the batch; weights (K, C, R, S) stay contiguous by design.
-        if (arg.defined() && arg.rank() == 4 && arg.dim(0) == kBatch) {
+        if (arg.defined() && arg.rank() == 4 && arg.dim(0) == tally_batch) {
           ++(arg.format() == MemoryFormat::kChannelsLast ? s.nhwc_args : s.nchw_args);
         }
       }
@@ -145,6 +171,7 @@ void install_timed_kernels() {
   TANDEM_TIME_KERNEL(linear_backward_data);
   TANDEM_TIME_KERNEL(linear_backward_weights);
   TANDEM_TIME_KERNEL(add);
+  TANDEM_TIME_KERNEL(add_relu);
   TANDEM_TIME_KERNEL(axpy);
   TANDEM_TIME_KERNEL(fill);
   TANDEM_TIME_KERNEL(sum);
@@ -172,6 +199,25 @@ double process_cpu_seconds() {
   return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 
+// Page faults of the process: a warm step that touches fresh pages (11 us each here) shows them.
+int64_t minor_page_faults() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_minflt;
+}
+
+// Linux resets the peak RSS (VmHWM) to the current RSS on writing 5 to clear_refs: the peak that
+// is read after the timed steps is then theirs, not the warm-up's.
+void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
+
+int64_t peak_rss_bytes() {
+  std::ifstream f("/proc/self/status");
+  for (std::string line; std::getline(f, line);) {
+    if (line.starts_with("VmHWM:")) return std::stoll(line.substr(6)) * 1024;  // "VmHWM:  123 kB"
+  }
+  return 0;
+}
+
 double percentile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
   size_t i = static_cast<size_t>(q * static_cast<double>(v.size() - 1) + 0.5);
@@ -190,26 +236,28 @@ struct Result {
   int threads = 0;
   std::vector<double> step_s;
   double wall_s = 0, cpu_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0;
-  double allocations_per_step = 0;
-  int64_t peak_bytes = 0;
+  double allocations_per_step = 0, page_faults_per_step = 0;
+  int64_t peak_bytes = 0, peak_rss_bytes = 0;
+  double conv_s = 0;  // the convolution kernels' time: the floor no change outside oneDNN lowers
   double final_loss = 0;
   std::string load;
 };
 
 Result run(const Options& o, MemoryFormat format) {
+  const Workload& w = o.workload;
   tandem::nn::init::manual_seed(1);
-  auto model = tandem::models::create_model({.name = "resnet20", .num_classes = kClasses, .in_channels = 1,
-                                             .input_size = kSize});
+  auto model = tandem::models::create_model({.name = w.model, .num_classes = w.classes, .in_channels = w.channels,
+                                             .input_size = w.size, .hidden = w.hidden});
   auto optimizer = tandem::optim::make_optimizer(model->named_parameters(), {.name = "sgd", .lr = 0.1f, .momentum = 0.9f});
   ExecutionContext ctx(Device::cpu(), o.threads);
 
   // Inputs and labels made once: the bench measures the step, not a data pipeline.
   tandem::Generator g(7);
-  Tensor x = Tensor::empty({kBatch, 1, kSize, kSize});
+  Tensor x = Tensor::empty({w.batch, w.channels, w.size, w.size});
   for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = g.normal();
   x = x.to_format(format);
-  Tensor labels = Tensor::empty({kBatch}, tandem::DType::kI64);
-  for (int64_t i = 0; i < kBatch; ++i) labels.data<int64_t>()[i] = static_cast<int64_t>(g.below(kClasses));
+  Tensor labels = Tensor::empty({w.batch}, tandem::DType::kI64);
+  for (int64_t i = 0; i < w.batch; ++i) labels.data<int64_t>()[i] = static_cast<int64_t>(g.below(w.classes));
 
   Result r;
   r.format = format;
@@ -218,7 +266,7 @@ Result run(const Options& o, MemoryFormat format) {
     auto t0 = Clock::now();
     optimizer->zero_grad();
     auto logits = model->forward(ctx, tandem::autograd::Variable(x));
-    auto loss = tandem::autograd::cross_entropy_loss(ctx, logits, labels, 0.0f, kBatch);
+    auto loss = tandem::autograd::cross_entropy_loss(ctx, logits, labels, 0.0f, w.batch);
     auto t1 = Clock::now();
     loss.backward(&ctx);
     auto t2 = Clock::now();
@@ -233,14 +281,21 @@ Result run(const Options& o, MemoryFormat format) {
   };
   for (int i = 0; i < o.warmup; ++i) step(false);
   reset_kernel_stats();
+  reset_peak_rss();
   auto& allocator = tandem::allocator_for(Device::cpu());
   int64_t before = allocator.stats().system_allocations;
+  int64_t faults_before = minor_page_faults();
   auto start = Clock::now();
   double cpu_start = process_cpu_seconds();
   for (int i = 0; i < o.steps; ++i) step(true);
   r.wall_s = seconds(start, Clock::now());
   r.cpu_s = process_cpu_seconds() - cpu_start;
   r.allocations_per_step = static_cast<double>(allocator.stats().system_allocations - before) / o.steps;
+  r.page_faults_per_step = static_cast<double>(minor_page_faults() - faults_before) / o.steps;
+  r.peak_rss_bytes = peak_rss_bytes();
+  for (const KernelStats& s : kernel_stats) {
+    if (std::string_view(s.name).starts_with("conv2d_")) r.conv_s += s.seconds;
+  }
   r.peak_bytes = allocator.stats().peak_bytes_in_use;
   r.load = load_average();
   return r;
@@ -250,16 +305,17 @@ const char* format_flag(MemoryFormat f) { return f == MemoryFormat::kChannelsLas
 
 void print_json(const Options& o, const Result& r) {
   double n = static_cast<double>(o.steps);
-  std::printf("{\"engine\": \"tandem\", \"model\": \"resnet20\", \"format\": \"%s\", \"threads\": %d, \"batch\": %lld, "
+  std::printf("{\"engine\": \"tandem\", \"model\": \"%s\", \"format\": \"%s\", \"threads\": %d, \"batch\": %lld, "
               "\"steps\": %d, \"warmup\": %d, \"images_per_sec\": %.2f, \"step_ms\": {\"p50\": %.3f, \"p95\": %.3f}, "
               "\"cpu_ms_per_step\": %.3f, \"breakdown_ms\": {\"forward\": %.3f, \"backward\": %.3f, \"optimizer\": %.3f}, "
-              "\"system_allocations_per_step\": %.3f, \"peak_bytes_in_use\": %lld, \"final_loss\": %.5f, "
-              "\"load_average\": \"%s\"",
-              format_flag(r.format), r.threads, static_cast<long long>(kBatch), o.steps, o.warmup,
-              static_cast<double>(kBatch) * n / r.wall_s, 1e3 * percentile(r.step_s, 0.5),
+              "\"system_allocations_per_step\": %.3f, \"page_faults_per_step\": %.1f, \"peak_rss_bytes\": %lld, "
+              "\"peak_bytes_in_use\": %lld, \"conv_ms_per_step\": %.3f, \"final_loss\": %.5f, \"load_average\": \"%s\"",
+              o.workload.model.c_str(), format_flag(r.format), r.threads, static_cast<long long>(o.workload.batch),
+              o.steps, o.warmup, static_cast<double>(o.workload.batch) * n / r.wall_s, 1e3 * percentile(r.step_s, 0.5),
               1e3 * percentile(r.step_s, 0.95), 1e3 * r.cpu_s / n, 1e3 * r.forward_s / n, 1e3 * r.backward_s / n,
-              1e3 * r.optimizer_s / n, r.allocations_per_step, static_cast<long long>(r.peak_bytes), r.final_loss,
-              r.load.c_str());
+              1e3 * r.optimizer_s / n, r.allocations_per_step, r.page_faults_per_step,
+              static_cast<long long>(r.peak_rss_bytes), static_cast<long long>(r.peak_bytes), 1e3 * r.conv_s / n,
+              r.final_loss, r.load.c_str());
   std::printf(", \"kernels_ms\": {");
   const char* sep = "";
   for (const KernelStats& s : kernel_stats) {
@@ -272,14 +328,19 @@ void print_json(const Options& o, const Result& r) {
 
 void print_text(const Options& o, const Result& r) {
   double n = static_cast<double>(o.steps);
-  std::printf("resnet20 %s, batch %lld, %d threads, %d timed steps after %d warm-up (load average %s)\n",
-              format_flag(r.format), static_cast<long long>(kBatch), r.threads, o.steps, o.warmup, r.load.c_str());
+  double batch = static_cast<double>(o.workload.batch);
+  std::printf("%s %s, batch %lld, %d threads, %d timed steps after %d warm-up (load average %s)\n",
+              o.workload.model.c_str(), format_flag(r.format), static_cast<long long>(o.workload.batch), r.threads,
+              o.steps, o.warmup, r.load.c_str());
   std::printf("  images/s %.1f   step p50 %.1f ms  p95 %.1f ms   CPU %.1f ms/step   final loss %.4f\n",
-              static_cast<double>(kBatch) * n / r.wall_s, 1e3 * percentile(r.step_s, 0.5),
-              1e3 * percentile(r.step_s, 0.95), 1e3 * r.cpu_s / n, r.final_loss);
+              batch * n / r.wall_s, 1e3 * percentile(r.step_s, 0.5), 1e3 * percentile(r.step_s, 0.95),
+              1e3 * r.cpu_s / n, r.final_loss);
   std::printf("  per step: forward+loss %.1f ms, backward %.1f ms, optimizer %.2f ms\n", 1e3 * r.forward_s / n,
               1e3 * r.backward_s / n, 1e3 * r.optimizer_s / n);
-  std::printf("  system allocations per warm step %.2f, peak bytes in use %.1f MiB\n", r.allocations_per_step,
+  std::printf("  convolutions alone (the oneDNN floor) %.1f ms/step, %.0f%% of the step\n", 1e3 * r.conv_s / n,
+              100 * r.conv_s / r.wall_s);
+  std::printf("  per warm step: %.2f system allocations, %.1f page faults; peak RSS %.1f MiB, peak tensors %.1f MiB\n",
+              r.allocations_per_step, r.page_faults_per_step, static_cast<double>(r.peak_rss_bytes) / (1 << 20),
               static_cast<double>(r.peak_bytes) / (1 << 20));
   double kernel_total = 0;
   for (const KernelStats& s : kernel_stats) kernel_total += s.seconds;
@@ -316,6 +377,7 @@ bool check_layout(const Result& r) {
 
 int main(int argc, char** argv) {
   Options o = parse(argc, argv);
+  tally_batch = o.workload.batch;
   install_timed_kernels();
   bool layout_ok = true;
   for (MemoryFormat f : o.formats) {
