@@ -182,6 +182,8 @@ void install_timed_kernels() {
   TANDEM_TIME_KERNEL(mul);
   TANDEM_TIME_KERNEL(avg_pool2d_forward);
   TANDEM_TIME_KERNEL(avg_pool2d_backward);
+  TANDEM_TIME_KERNEL(max_pool2d_forward);
+  TANDEM_TIME_KERNEL(max_pool2d_backward);
   backend::register_kernels(tandem::DeviceType::kCpu, &timed);
 }
 

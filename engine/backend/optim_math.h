@@ -30,6 +30,18 @@ inline SgdStep sgd_step_for(const Params& p) {
 
 // One element of PyTorch's SGD: returns the new weight; v is the momentum buffer's element, read
 // only when it holds something (not on the first step) and written when momentum is in use.
+// The flags as template arguments: the CPU loop then has no branch and vectorises.
+template <bool kMomentum, bool kFirstStep, bool kNesterov>
+TANDEM_HOST_DEVICE inline float sgd_step_element(const SgdStep& s, float w, float g, float& v) {
+  float d = g + s.weight_decay * w;
+  if constexpr (kMomentum) {
+    v = kFirstStep ? d : s.momentum * v + (1.0f - s.dampening) * d;
+    d = kNesterov ? d + s.momentum * v : v;
+  }
+  return w - s.lr * d;
+}
+
+// The same with the flags read from s (the same arithmetic).
 TANDEM_HOST_DEVICE inline float sgd_step_element(const SgdStep& s, float w, float g, float& v) {
   float d = g + s.weight_decay * w;
   if (s.use_momentum) {

@@ -8,20 +8,35 @@
 
 namespace tandem::backend::cpu {
 
-void sgd_update(Ctx& ctx, const SgdParams& p, const Tensor* w, const Tensor* dw, const Tensor* v, size_t count) {
-  apply_thread_budget(ctx);
-  const SgdStep s = sgd_step_for(p);
+namespace {
+
+template <bool kMomentum, bool kFirstStep, bool kNesterov>
+void sgd_tensors(const SgdStep& s, const Tensor* w, const Tensor* dw, const Tensor* v, size_t count) {
   for (size_t t = 0; t < count; ++t) {
     float* pw = w[t].data<float>();
     const float* g = dw[t].data<float>();
-    float* buf = s.use_momentum ? v[t].data<float>() : nullptr;
+    float* buf = kMomentum ? v[t].data<float>() : nullptr;
     parallel_for(w[t].numel(), [=](int64_t i) {
       // The buffer holds nothing before the first step: it is written, never read, then.
-      float vi = buf != nullptr && !s.first_step ? buf[i] : 0.0f;
-      pw[i] = sgd_step_element(s, pw[i], g[i], vi);
-      if (buf != nullptr) buf[i] = vi;
+      float vi = kMomentum && !kFirstStep ? buf[i] : 0.0f;
+      pw[i] = sgd_step_element<kMomentum, kFirstStep, kNesterov>(s, pw[i], g[i], vi);
+      if constexpr (kMomentum) buf[i] = vi;
     });
   }
+}
+
+}  // namespace
+
+void sgd_update(Ctx& ctx, const SgdParams& p, const Tensor* w, const Tensor* dw, const Tensor* v, size_t count) {
+  apply_thread_budget(ctx);
+  const SgdStep s = sgd_step_for(p);
+  if (!s.use_momentum) return sgd_tensors<false, false, false>(s, w, dw, v, count);
+  if (s.first_step) {
+    return s.nesterov ? sgd_tensors<true, true, true>(s, w, dw, v, count)
+                      : sgd_tensors<true, true, false>(s, w, dw, v, count);
+  }
+  return s.nesterov ? sgd_tensors<true, false, true>(s, w, dw, v, count)
+                    : sgd_tensors<true, false, false>(s, w, dw, v, count);
 }
 
 void adamw_update(Ctx& ctx, const AdamWParams& p, const Tensor* w, const Tensor* dw, const Tensor* m,
