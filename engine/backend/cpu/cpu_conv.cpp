@@ -74,12 +74,15 @@ std::pair<memory::desc, memory::desc> activation_mds(const Conv2dParams& p, cons
 bool is_reference(const dnnl::primitive_desc_base& pd) { return std::strncmp(pd.impl_info_str(), "ref", 3) == 0; }
 
 // Makes the plan with the blocked description of the activations first; should oneDNN offer only
-// its reference kernel for it, the plain description instead (never slower than before).
+// its reference kernel for it, or none, the plain description instead (never slower than before).
 template <typename Make>
 auto with_fastest_description(Make make) {
-  auto plan = make(true);
-  if (is_reference(plan.pd)) plan = make(false);
-  return plan;
+  try {
+    auto plan = make(true);
+    if (!is_reference(plan.pd)) return plan;
+  } catch (const dnnl::error&) {  // no implementation for the blocked description: the plain one decides
+  }
+  return make(false);
 }
 
 std::optional<dnnl::reorder> reorder_if_needed(const memory::desc& from, const memory::desc& to) {
