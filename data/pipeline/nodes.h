@@ -28,6 +28,10 @@ Node map(Node input, MapFn fn, int64_t num_parallel_calls, bool deterministic, s
 Node interleave(Node input, InterleaveFn fn, int64_t cycle_length, int64_t block_length,
                 int64_t num_parallel_calls, bool deterministic);
 Node prefetch(Node input, int64_t buffer_size);
+// A prefetch of buffer_size > 0 elements whose waits count under one stage (stats_key, name)
+// however many are made: interleave's per-file read-ahead.
+std::unique_ptr<Iterator> read_ahead_iterator(const Node& input, int64_t buffer_size, const void* stats_key,
+                                              const std::string& name, const IteratorContext& ctx);
 
 // Stacks the tensors of elements into one element of [N, ...] tensors (batch's work).
 Element stack_elements(std::vector<Element>& elements);

@@ -56,6 +56,7 @@ class ParallelMapIterator final : public Iterator {
       auto start = std::chrono::steady_clock::now();
       if (!changed_.wait(lock, scope_.token(), ready)) throw_stopped();
       waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      stats_->consumer_wait_ns.fetch_add(static_cast<int64_t>(waited * 1e9), std::memory_order_relaxed);
     }
     if (tuner_.record(waited)) {
       stats_->parallelism = tuner_.active();
@@ -81,6 +82,7 @@ class ParallelMapIterator final : public Iterator {
  private:
   // Reserves a slot; false when the input is done or the pipeline stops.
   bool reserve(int index) {
+    StageTimer wait(&stats_->producer_wait_ns);
     std::unique_lock lock(mutex_);
     bool ok = changed_.wait(lock, scope_.token(), [&] {
       return input_done_ || (index < tuner_.active() && in_flight_ < capacity_ &&
@@ -105,6 +107,7 @@ class ParallelMapIterator final : public Iterator {
       bool got = false;
       {
         // Inputs are pulled one at a time, so numbering them here keeps the input's order.
+        StageTimer wait(&stats_->input_wait_ns);
         std::lock_guard pull(pull_mutex_);
         if (pulled_end_) {
           release_unused();
