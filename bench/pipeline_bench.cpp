@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -81,8 +82,22 @@ Image photo(int w, int h, uint64_t seed) {
   return im;
 }
 
+// CPU time of the whole process (all threads), to tell work from waiting: a side that uses fewer
+// cores than it has threads while its consumer waits is held up by something serial.
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// A side's rate and the cores it kept busy over its measured window.
+struct Rate {
+  double images_per_second = 0;
+  double cores = 0;
+};
+
 // Plain libjpeg-turbo: each thread decodes its share of the images at full size into its own buffer.
-double plain_decode_rate(const std::vector<std::string>& jpegs, int threads, double seconds, double warmup) {
+Rate plain_decode_rate(const std::vector<std::string>& jpegs, int threads, double seconds, double warmup) {
   std::atomic<int64_t> decoded{0};
   std::atomic<bool> stop{false};
   std::vector<std::thread> workers;
@@ -105,12 +120,14 @@ double plain_decode_rate(const std::vector<std::string>& jpegs, int threads, dou
   std::this_thread::sleep_for(std::chrono::duration<double>(warmup));
   int64_t start_count = decoded.load();
   auto start = Clock::now();
+  double cpu = process_cpu_seconds();
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
   int64_t n = decoded.load() - start_count;
+  cpu = process_cpu_seconds() - cpu;
   double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
   stop = true;
   for (auto& w : workers) w.join();
-  return static_cast<double>(n) / elapsed;
+  return {static_cast<double>(n) / elapsed, cpu / elapsed};
 }
 
 // One measured window of the pipeline: images, wall time, the time the consumer (this thread)
@@ -119,6 +136,7 @@ struct PipelineRound {
   int64_t images = 0;
   double seconds = 0;
   double consumer_wait = 0;
+  double cpu_seconds = 0;  // of the whole process over the window
   std::vector<StageSnapshot> stages;
 };
 
@@ -156,6 +174,7 @@ PipelineRound pipeline_round(const std::vector<std::string>& files, const Args& 
   PipelineRound round;
   accumulate(&round.stages, it.stats()->snapshot(), -1);
   auto start = Clock::now();
+  round.cpu_seconds = -process_cpu_seconds();
   auto end = start + std::chrono::duration<double>(seconds);
   for (auto before = start; before < end; before = Clock::now()) {
     if (!it.next(&batch)) break;
@@ -163,6 +182,7 @@ PipelineRound pipeline_round(const std::vector<std::string>& files, const Args& 
     round.images += batch.tensors[0].dim(0);
   }
   round.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  round.cpu_seconds += process_cpu_seconds();
   accumulate(&round.stages, it.stats()->snapshot(), +1);
   return round;
 }
@@ -268,10 +288,12 @@ int main(int argc, char** argv) {
   std::vector<double> ratios;
   PipelineRound total;
   for (int round = 0; round < kRounds; ++round) {
-    double p = plain_side ? plain_decode_rate(jpegs, a.threads, a.seconds / kRounds, 0.2) : 0;
+    Rate plain_round = plain_side ? plain_decode_rate(jpegs, a.threads, a.seconds / kRounds, 0.2) : Rate{};
     PipelineRound r = pipe_side ? pipeline_round(files, a, a.seconds / kRounds, 0.3) : PipelineRound{};
+    double p = plain_round.images_per_second;
     double q = r.seconds > 0 ? static_cast<double>(r.images) / r.seconds : 0;
-    std::printf("round %d: plain %8.1f images/s, pipeline %8.1f images/s", round + 1, p, q);
+    std::printf("round %d: plain %7.1f images/s on %.2f cores, pipeline %7.1f images/s on %.2f cores", round + 1, p,
+                plain_round.cores, q, r.seconds > 0 ? r.cpu_seconds / r.seconds : 0);
     if (p > 0 && q > 0) {
       ratios.push_back(q / p);
       std::printf(", ratio %.2f", q / p);

@@ -1,6 +1,9 @@
 // map(fn, num_parallel_calls, deterministic): workers pull inputs in turn (numbered in pull
 // order), apply fn in parallel, and the consumer takes results in that order, or in any
 // order when not deterministic. In-flight work is bounded in count and buffered bytes.
+// Each side is woken only when it can go on (the consumer when the result it waits for is in,
+// workers when a slot frees): on a machine with as many cores as workers, every needless
+// wake-up takes a core from a worker.
 #include <condition_variable>
 #include <chrono>
 #include <map>
@@ -16,6 +19,10 @@
 namespace tandem::data::nodes {
 namespace {
 
+// Results a worker may run ahead of the consumer: enough that a consumer held up for a moment
+// (stacking a batch, or waiting for a core) does not stop the workers.
+constexpr size_t kInFlightPerThread = 4;
+
 struct Result {
   Element element;
   CarriedError error;
@@ -29,7 +36,7 @@ class ParallelMapIterator final : public Iterator {
                       bool deterministic, const IteratorContext& ctx, std::shared_ptr<StageStats> stats,
                       const std::string& name)
       : scope_(ctx.stop), fn_(std::move(fn)), deterministic_(deterministic),
-        capacity_(static_cast<size_t>(threads) * 2), max_bytes_(ctx.budget.queue_bytes), stats_(std::move(stats)),
+        capacity_(static_cast<size_t>(threads) * kInFlightPerThread), max_bytes_(ctx.budget.queue_bytes), stats_(std::move(stats)),
         learned_(std::move(learned)),
         tuner_(name, threads, learned_ != nullptr, learned_ ? static_cast<int>(learned_->get()) : 0) {
     stats_->parallelism = tuner_.active();
@@ -54,14 +61,14 @@ class ParallelMapIterator final : public Iterator {
     double waited = 0;
     if (!ready()) {
       auto start = std::chrono::steady_clock::now();
-      if (!changed_.wait(lock, scope_.token(), ready)) throw_stopped();
+      if (!ready_.wait(lock, scope_.token(), ready)) throw_stopped();
       waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       stats_->consumer_wait_ns.fetch_add(static_cast<int64_t>(waited * 1e9), std::memory_order_relaxed);
     }
     if (tuner_.record(waited)) {
       stats_->parallelism = tuner_.active();
       learned_->raise(tuner_.active());
-      changed_.notify_all();
+      room_.notify_all();
     }
     if (done_.empty() || (deterministic_ && done_.count(consumed_) == 0)) return false;  // the end
     auto it = deterministic_ ? done_.find(consumed_) : done_.begin();
@@ -70,7 +77,7 @@ class ParallelMapIterator final : public Iterator {
     ++consumed_;
     --in_flight_;
     buffered_bytes_ -= result.bytes;
-    changed_.notify_all();
+    room_.notify_all();
     if (result.error) {
       failed_ = true;  // an error ends the stream: later calls see its end, never a hang
       result.error.rethrow();
@@ -84,7 +91,7 @@ class ParallelMapIterator final : public Iterator {
   bool reserve(int index) {
     StageTimer wait(&stats_->producer_wait_ns);
     std::unique_lock lock(mutex_);
-    bool ok = changed_.wait(lock, scope_.token(), [&] {
+    bool ok = room_.wait(lock, scope_.token(), [&] {
       return input_done_ || (index < tuner_.active() && in_flight_ < capacity_ &&
                              (buffered_bytes_ < max_bytes_ || done_.empty()));
     });
@@ -96,7 +103,7 @@ class ParallelMapIterator final : public Iterator {
   void release_unused() {
     std::lock_guard lock(mutex_);
     --in_flight_;
-    changed_.notify_all();
+    room_.notify_all();
   }
 
   void work(int index) {
@@ -148,14 +155,16 @@ class ParallelMapIterator final : public Iterator {
     std::lock_guard lock(mutex_);
     input_done_ = true;
     end_seq_ = end_seq;
-    changed_.notify_all();
+    ready_.notify_all();
+    room_.notify_all();
   }
 
   void publish(uint64_t seq, Result result) {
     std::lock_guard lock(mutex_);
     buffered_bytes_ += result.bytes;
     done_.emplace(seq, std::move(result));
-    changed_.notify_all();
+    // In order, only the result the consumer takes next lets it go on.
+    if (!deterministic_ || seq == consumed_) ready_.notify_one();
   }
 
   StopScope scope_;
@@ -171,7 +180,8 @@ class ParallelMapIterator final : public Iterator {
   bool pulled_end_ = false;
 
   std::mutex mutex_;  // guards everything below
-  std::condition_variable_any changed_;
+  std::condition_variable_any ready_;  // the consumer waits here for a result
+  std::condition_variable_any room_;   // workers wait here for a slot
   std::map<uint64_t, Result> done_;
   uint64_t consumed_ = 0;
   uint64_t end_seq_ = 0;
