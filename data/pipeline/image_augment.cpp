@@ -213,10 +213,13 @@ void normalize(const uint8_t* src, int width, int height, int channels, const st
   for (int c = 0; c < channels; ++c) {
     const float scale = 1.0f / (255.0f * std[static_cast<size_t>(c)]);
     const float shift = -mean[static_cast<size_t>(c)] / std[static_cast<size_t>(c)];
-    for (size_t i = 0; i < plane; ++i) {
-      float v = static_cast<float>(src[i * channels + c]) * scale + shift;
-      dst[chw ? c * plane + i : i * channels + c] = v;
-    }
+    // A byte has 256 values: each one's result, computed as it always was, then looked up.
+    std::array<float, 256> table;
+    for (int v = 0; v < 256; ++v) table[static_cast<size_t>(v)] = static_cast<float>(v) * scale + shift;
+    float* out = chw ? dst + static_cast<size_t>(c) * plane : dst + c;
+    const size_t step = chw ? 1 : static_cast<size_t>(channels);
+    const uint8_t* in = src + c;
+    for (size_t i = 0; i < plane; ++i) out[i * step] = table[in[i * static_cast<size_t>(channels)]];
   }
 }
 

@@ -2,6 +2,8 @@
 // data/pipeline: users build pipelines through Dataset.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,5 +37,12 @@ std::unique_ptr<Iterator> read_ahead_iterator(const Node& input, int64_t buffer_
 
 // Stacks the tensors of elements into one element of [N, ...] tensors (batch's work).
 Element stack_elements(std::vector<Element>& elements);
+
+// What a map's workers hand each result to, with its position in the map's output (0, 1, ...),
+// before the result counts as done: batch has them copy their rows into the batch themselves.
+using Placer = std::function<void(uint64_t position, Element& element)>;
+// An iterator of `input` whose workers call `place`, when `input` is a map that runs on more than
+// one thread and in order; else null (and no iterator is made).
+std::unique_ptr<Iterator> placing_map_iterator(const Node& input, const IteratorContext& ctx, Placer place);
 
 }  // namespace tandem::data::nodes

@@ -32,10 +32,11 @@ struct Result {
 class ParallelMapIterator final : public Iterator {
  public:
   // learned: the node's tuned thread count when autotuned (null for a fixed count).
+  // place: null, or what the workers hand each result to with its position (map_and_batch).
   ParallelMapIterator(const Node& input, MapFn fn, int threads, std::shared_ptr<TunedValue> learned,
                       bool deterministic, const IteratorContext& ctx, std::shared_ptr<StageStats> stats,
-                      const std::string& name)
-      : scope_(ctx.stop), fn_(std::move(fn)), deterministic_(deterministic),
+                      const std::string& name, Placer place)
+      : scope_(ctx.stop), fn_(std::move(fn)), place_(std::move(place)), deterministic_(deterministic),
         capacity_(static_cast<size_t>(threads) * kInFlightPerThread), max_bytes_(ctx.budget.queue_bytes), stats_(std::move(stats)),
         learned_(std::move(learned)),
         tuner_(name, threads, learned_ != nullptr, learned_ ? static_cast<int>(learned_->get()) : 0) {
@@ -135,15 +136,16 @@ class ParallelMapIterator final : public Iterator {
           }
         }
       }
-      if (got) apply(std::move(in), &result);
+      if (got) apply(seq, std::move(in), &result);
       publish(seq, std::move(result));
     }
   }
 
-  void apply(Element in, Result* result) {
+  void apply(uint64_t seq, Element in, Result* result) {
     try {
       BusyTimer timer(stats_.get());
       result->element = fn_(std::move(in));
+      if (place_) place_(seq, result->element);
       result->bytes = result->element.bytes();
       stats_->elements.fetch_add(1, std::memory_order_relaxed);
     } catch (...) {
@@ -169,6 +171,7 @@ class ParallelMapIterator final : public Iterator {
 
   StopScope scope_;
   MapFn fn_;
+  Placer place_;
   const bool deterministic_;
   const size_t capacity_;
   const size_t max_bytes_;
@@ -201,12 +204,18 @@ class MapNode final : public DatasetNode {
         name_(std::move(name)), learned_(std::make_shared<TunedValue>()) {}
 
   std::unique_ptr<Iterator> make_iterator(const IteratorContext& ctx) const override {
+    return make_placing_iterator(ctx, nullptr);
+  }
+
+  // With place: null unless the map runs on threads and in order (placing_map_iterator).
+  std::unique_ptr<Iterator> make_placing_iterator(const IteratorContext& ctx, Placer place) const {
     auto stats = ctx.stats ? ctx.stats->stage(this, name_) : std::make_shared<StageStats>(name_);
     int threads = resolve_parallelism(parallel_, ctx.budget, name_);
     stats->parallelism = threads;
+    if (place && (threads <= 1 || !deterministic_)) return nullptr;
     if (threads > 1) {
       return std::make_unique<ParallelMapIterator>(input_, fn_, threads, parallel_ == kAutotune ? learned_ : nullptr,
-                                                   deterministic_, ctx, std::move(stats), name_);
+                                                   deterministic_, ctx, std::move(stats), name_, std::move(place));
     }
     // One call at a time runs in the puller's thread, as tf.data does.
     struct It final : Iterator {
@@ -239,6 +248,11 @@ class MapNode final : public DatasetNode {
 };
 
 }  // namespace
+
+std::unique_ptr<Iterator> placing_map_iterator(const Node& input, const IteratorContext& ctx, Placer place) {
+  const auto* map = dynamic_cast<const MapNode*>(input.get());
+  return map != nullptr ? map->make_placing_iterator(ctx, std::move(place)) : nullptr;
+}
 
 Node map(Node input, MapFn fn, int64_t num_parallel_calls, bool deterministic, std::string name) {
   TANDEM_CHECK(fn != nullptr, ErrorCode::kInvalidArgument, "map: no function given");

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "data/pipeline/image_augment.h"
@@ -93,6 +94,22 @@ TEST(PipelineImageExact, ResizeOfARegionMatchesResizeOfTheWholeImage) {
     resize_bilinear(region, ImageOrigin{span.x_begin, span.y_begin, src.width, src.height}, box, true, 32, 24,
                     got.data());
     ASSERT_EQ(got, reference_resize(src, box, true, 32, 24)) << "trial " << trial;
+  }
+}
+
+TEST(PipelineImageExact, NormalizeGivesTheFormulasFloats) {
+  std::vector<uint8_t> hwc(256 * 3);
+  for (size_t i = 0; i < hwc.size(); ++i) hwc[i] = static_cast<uint8_t>((i * 7) % 256);
+  const std::array<float, 3> mean{0.485f, 0.456f, 0.406f}, std{0.229f, 0.224f, 0.225f};
+  for (bool chw : {true, false}) {
+    std::vector<float> got(hwc.size());
+    normalize(hwc.data(), 16, 16, 3, mean, std, chw, got.data());
+    for (size_t i = 0; i < 256; ++i) {
+      for (size_t c = 0; c < 3; ++c) {
+        float want = static_cast<float>(hwc[i * 3 + c]) * (1.0f / (255.0f * std[c])) + (-mean[c] / std[c]);
+        ASSERT_EQ(got[chw ? c * 256 + i : i * 3 + c], want) << "pixel " << i << " channel " << c;
+      }
+    }
   }
 }
 
