@@ -2,7 +2,8 @@
 // resized crop to 224, flip, batch) in images/s beside plain libjpeg-turbo decoding of the same
 // images on the same number of threads, in the same run. Goal: pipeline / plain >= 0.9.
 // Each stage's busy share and queue waits say where the pipeline's time goes.
-//   pipeline_bench [--threads T] [--images N] [--seconds S] [--batch B] [--side both|plain|pipeline]
+//   pipeline_bench [--threads T] [--images N] [--seconds S] [--rounds R] [--batch B]
+//                  [--side both|plain|pipeline]
 //   pipeline_bench --write-folder DIR [--images N]   (the same JPEGs as an image folder, then exit)
 //   pipeline_bench --checksum 1   (a hash of the pipeline's first 16 batches: changes to the pipeline
 //                                  must leave it as it was)
@@ -32,7 +33,6 @@
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr int kRounds = 5;
 using namespace tandem;
 using namespace tandem::data;
 
@@ -44,6 +44,7 @@ struct Args {
   std::string side = "both";
   std::string write_folder;
   bool checksum = false;
+  int rounds = 5;
 };
 
 Args parse(int argc, char** argv) {
@@ -58,6 +59,7 @@ Args parse(int argc, char** argv) {
     if (k == "--side") a.side = argv[i + 1];
     if (k == "--write-folder") a.write_folder = argv[i + 1];
     if (k == "--checksum") a.checksum = v != 0;
+    if (k == "--rounds") a.rounds = std::max(1, v);
   }
   return a;
 }
@@ -257,6 +259,52 @@ double median(std::vector<double> v) {
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
+// The best round of each side, each round's ratio of rates and of images per core-second (the
+// work each side spends per image, whatever share of the cores other processes left it), and
+// where the pipeline's time went over all rounds.
+struct Summary {
+  double plain = 0, pipe = 0;
+  std::vector<double> ratios, per_core_ratios;
+  PipelineRound total;
+};
+
+// The two sides alternate in short rounds, so load from other processes drifting over the run
+// does not favour one side; each round's ratio compares neighbours in time.
+Summary run_rounds(const std::vector<std::string>& jpegs, const std::vector<std::string>& files, const Args& a) {
+  const bool plain_side = a.side != "pipeline", pipe_side = a.side != "plain";
+  const double seconds = a.seconds / a.rounds;
+  Summary s;
+  for (int round = 0; round < a.rounds; ++round) {
+    Rate p = plain_side ? plain_decode_rate(jpegs, a.threads, seconds, 0.2) : Rate{};
+    PipelineRound r = pipe_side ? pipeline_round(files, a, seconds, 0.3) : PipelineRound{};
+    Rate q{r.seconds > 0 ? static_cast<double>(r.images) / r.seconds : 0, r.seconds > 0 ? r.cpu_seconds / r.seconds : 0};
+    std::printf("round %d: plain %7.1f images/s on %.2f cores, pipeline %7.1f images/s on %.2f cores", round + 1,
+                p.images_per_second, p.cores, q.images_per_second, q.cores);
+    if (p.images_per_second > 0 && q.images_per_second > 0) {
+      s.ratios.push_back(q.images_per_second / p.images_per_second);
+      s.per_core_ratios.push_back((q.images_per_second / q.cores) / (p.images_per_second / p.cores));
+      std::printf(", ratio %.2f (per core %.2f)", s.ratios.back(), s.per_core_ratios.back());
+    }
+    std::printf("\n");
+    s.plain = std::max(s.plain, p.images_per_second);
+    s.pipe = std::max(s.pipe, q.images_per_second);
+    s.total.images += r.images;
+    s.total.seconds += r.seconds;
+    s.total.consumer_wait += r.consumer_wait;
+    accumulate(&s.total.stages, r.stages, +1);
+  }
+  return s;
+}
+
+void print_summary(const Summary& s) {
+  std::printf("plain libjpeg-turbo decode (full size), best round: %8.1f images/s\n", s.plain);
+  std::printf("pipeline (read, decode, crop 224, flip, batch), best: %8.1f images/s\n", s.pipe);
+  if (s.ratios.empty()) return;
+  std::printf("ratio pipeline / plain decode: median of rounds %.2f, best / best %.2f  (goal >= 0.90)\n",
+              median(s.ratios), s.pipe / s.plain);
+  std::printf("images per core-second, pipeline / plain: median of rounds %.2f\n", median(s.per_core_ratios));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -280,39 +328,10 @@ int main(int argc, char** argv) {
     std::filesystem::remove_all(dir);
     return 0;
   }
-  std::printf("%.1f s per side in %d alternating rounds\n", a.seconds, kRounds);
-  // The two alternate in short rounds, so load from other processes drifting over the run does
-  // not favour one side; each round's ratio compares neighbours in time.
-  const bool plain_side = a.side != "pipeline", pipe_side = a.side != "plain";
-  double plain = 0, pipe = 0;
-  std::vector<double> ratios;
-  PipelineRound total;
-  for (int round = 0; round < kRounds; ++round) {
-    Rate plain_round = plain_side ? plain_decode_rate(jpegs, a.threads, a.seconds / kRounds, 0.2) : Rate{};
-    PipelineRound r = pipe_side ? pipeline_round(files, a, a.seconds / kRounds, 0.3) : PipelineRound{};
-    double p = plain_round.images_per_second;
-    double q = r.seconds > 0 ? static_cast<double>(r.images) / r.seconds : 0;
-    std::printf("round %d: plain %7.1f images/s on %.2f cores, pipeline %7.1f images/s on %.2f cores", round + 1, p,
-                plain_round.cores, q, r.seconds > 0 ? r.cpu_seconds / r.seconds : 0);
-    if (p > 0 && q > 0) {
-      ratios.push_back(q / p);
-      std::printf(", ratio %.2f", q / p);
-    }
-    std::printf("\n");
-    plain = std::max(plain, p);
-    pipe = std::max(pipe, q);
-    total.images += r.images;
-    total.seconds += r.seconds;
-    total.consumer_wait += r.consumer_wait;
-    accumulate(&total.stages, r.stages, +1);
-  }
-  std::printf("plain libjpeg-turbo decode (full size), best round: %8.1f images/s\n", plain);
-  std::printf("pipeline (read, decode, crop 224, flip, batch), best: %8.1f images/s\n", pipe);
-  if (!ratios.empty()) {
-    std::printf("ratio pipeline / plain decode: median of rounds %.2f, best / best %.2f  (goal >= 0.90)\n",
-                median(ratios), pipe / plain);
-  }
-  if (pipe_side) print_stages(total);
+  std::printf("%.1f s per side in %d alternating rounds\n", a.seconds, a.rounds);
+  Summary summary = run_rounds(jpegs, files, a);
+  print_summary(summary);
+  if (a.side != "plain") print_stages(summary.total);
   std::filesystem::remove_all(dir);
   return 0;
 }
