@@ -43,14 +43,6 @@ std::vector<Tap> taps(float start, float length, int src_size, int dst_size, int
   return out;
 }
 
-// The row kernels also come as AVX2 clones, picked at load time on CPUs that have it: the
-// vertical blend is 32-bit multiplies, which SSE2 (the x86-64 baseline) lacks.
-#if defined(__x86_64__) && defined(__GNUC__)
-#define TANDEM_ROW_KERNEL __attribute__((target_clones("avx2", "default")))
-#else
-#define TANDEM_ROW_KERNEL
-#endif
-
 // One source row blended horizontally, p[i0] * (kOne - w) + p[i1] * w (as p[i0] * kOne +
 // (p[i1] - p[i0]) * w) per destination column and channel: exact in 32 bits, so blending the rows
 // afterwards gives what blending each pixel's four neighbours at once gave, bit for bit.
@@ -93,11 +85,33 @@ void blend_row3(const uint8_t* row, int width, const Tap* xs, size_t count, int3
 }
 
 // Two blended rows into output bytes, exactly as (top * (kOne - w) + bottom * w + half) >> 22.
-TANDEM_ROW_KERNEL void blend_rows(const int32_t* top, const int32_t* bottom, int w, size_t n, uint8_t* dst) {
+[[gnu::always_inline]] inline void blend_rows_loop(const int32_t* top, const int32_t* bottom, int w, size_t n,
+                                                   uint8_t* dst) {
   constexpr int kRound = 1 << (2 * kFracBits - 1);
   for (size_t k = 0; k < n; ++k) {
     dst[k] = static_cast<uint8_t>(((top[k] << kFracBits) + (bottom[k] - top[k]) * w + kRound) >> (2 * kFracBits));
   }
+}
+
+// The same loop built for AVX2, taken where the CPU has it: it is 32-bit multiplies, which SSE2
+// (the x86-64 baseline) lacks. Chosen by a flag, not by target_clones: an ifunc resolver runs
+// before the sanitizers' runtimes start, and crashes sanitizer builds.
+#if defined(__x86_64__) && defined(__GNUC__)
+[[gnu::target("avx2")]] void blend_rows_avx2(const int32_t* top, const int32_t* bottom, int w, size_t n,
+                                             uint8_t* dst) {
+  blend_rows_loop(top, bottom, w, n, dst);
+}
+#endif
+
+void blend_rows(const int32_t* top, const int32_t* bottom, int w, size_t n, uint8_t* dst) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2) {
+    blend_rows_avx2(top, bottom, w, n, dst);
+    return;
+  }
+#endif
+  blend_rows_loop(top, bottom, w, n, dst);
 }
 
 // Separable: each source row the output needs is blended horizontally once (two kept, as
