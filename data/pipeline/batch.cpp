@@ -115,9 +115,8 @@ class BatchAssembler {
     for (size_t k = 0; k < e.tensors.size(); ++k) {
       std::span<const int64_t> row = e.tensors[k].shape().dims();
       std::span<const int64_t> rows = p.tensors[k].shape().dims().subspan(1);
-      if (e.tensors[k].dtype() != p.tensors[k].dtype() || !std::equal(row.begin(), row.end(), rows.begin(), rows.end())) {
-        return false;
-      }
+      if (e.tensors[k].dtype() != p.tensors[k].dtype()) return false;
+      if (!std::equal(row.begin(), row.end(), rows.begin(), rows.end())) return false;
     }
     return true;
   }
@@ -199,9 +198,8 @@ class BatchNode final : public DatasetNode {
 
   std::unique_ptr<Iterator> make_iterator(const IteratorContext& ctx) const override {
     auto assembler = std::make_shared<BatchAssembler>(batch_size_);
-    auto placing = placing_map_iterator(input_, ctx, [assembler](uint64_t position, Element& e) {
-      assembler->place(position, e);
-    });
+    auto place = [assembler](uint64_t position, Element& e) { assembler->place(position, e); };
+    auto placing = placing_map_iterator(input_, ctx, place, static_cast<uint64_t>(batch_size_));
     if (placing != nullptr) {
       auto it = std::make_unique<AssembledBatchIterator>(batch_size_, drop_remainder_, std::move(assembler));
       it->set_input(std::move(placing));

@@ -42,7 +42,9 @@ Element stack_elements(std::vector<Element>& elements);
 // before the result counts as done: batch has them copy their rows into the batch themselves.
 using Placer = std::function<void(uint64_t position, Element& element)>;
 // An iterator of `input` whose workers call `place`, when `input` is a map that runs on more than
-// one thread and in order; else null (and no iterator is made).
-std::unique_ptr<Iterator> placing_map_iterator(const Node& input, const IteratorContext& ctx, Placer place);
+// one thread and in order; else null (and no iterator is made). Its consumer is woken once per
+// `group` results (the batch size), when all of them are done, not at each.
+std::unique_ptr<Iterator> placing_map_iterator(const Node& input, const IteratorContext& ctx, Placer place,
+                                               uint64_t group);
 
 }  // namespace tandem::data::nodes

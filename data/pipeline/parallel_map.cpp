@@ -4,8 +4,9 @@
 // Each side is woken only when it can go on (the consumer when the result it waits for is in,
 // workers when a slot frees): on a machine with as many cores as workers, every needless
 // wake-up takes a core from a worker.
-#include <condition_variable>
+#include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -32,12 +33,16 @@ struct Result {
 class ParallelMapIterator final : public Iterator {
  public:
   // learned: the node's tuned thread count when autotuned (null for a fixed count).
-  // place: null, or what the workers hand each result to with its position (map_and_batch).
+  // place: null, or what the workers hand each result to with its position (map_and_batch);
+  // group: then the batch size, else 1. The consumer is woken once per group of results, when
+  // all of them are done, so there must be room for a group in flight besides the workers' own.
   ParallelMapIterator(const Node& input, MapFn fn, int threads, std::shared_ptr<TunedValue> learned,
                       bool deterministic, const IteratorContext& ctx, std::shared_ptr<StageStats> stats,
-                      const std::string& name, Placer place)
+                      const std::string& name, Placer place, uint64_t group)
       : scope_(ctx.stop), fn_(std::move(fn)), place_(std::move(place)), deterministic_(deterministic),
-        capacity_(static_cast<size_t>(threads) * kInFlightPerThread), max_bytes_(ctx.budget.queue_bytes), stats_(std::move(stats)),
+        group_(deterministic ? group : 1),
+        capacity_(static_cast<size_t>(threads) * kInFlightPerThread + (group_ > 1 ? group_ : 0)),
+        max_bytes_(ctx.budget.queue_bytes), stats_(std::move(stats)),
         learned_(std::move(learned)),
         tuner_(name, threads, learned_ != nullptr, learned_ ? static_cast<int>(learned_->get()) : 0) {
     stats_->parallelism = tuner_.active();
@@ -57,7 +62,7 @@ class ParallelMapIterator final : public Iterator {
     std::unique_lock lock(mutex_);
     if (failed_) return false;
     auto ready = [&] {
-      return (deterministic_ ? done_.count(consumed_) > 0 : !done_.empty()) || (input_done_ && consumed_ == end_seq_);
+      return (deterministic_ ? done_prefix_ >= group_end() : !done_.empty()) || (input_done_ && consumed_ == end_seq_);
     };
     double waited = 0;
     if (!ready()) {
@@ -93,8 +98,9 @@ class ParallelMapIterator final : public Iterator {
     StageTimer wait(&stats_->producer_wait_ns);
     std::unique_lock lock(mutex_);
     bool ok = room_.wait(lock, scope_.token(), [&] {
+      // The consumer's group is always let in whole, whatever the bytes: it waits for all of it.
       return input_done_ || (index < tuner_.active() && in_flight_ < capacity_ &&
-                             (buffered_bytes_ < max_bytes_ || done_.empty()));
+                             (buffered_bytes_ < max_bytes_ || done_.empty() || in_flight_ < group_end() - consumed_));
     });
     if (!ok || input_done_) return false;
     ++in_flight_;
@@ -157,7 +163,7 @@ class ParallelMapIterator final : public Iterator {
     std::lock_guard lock(mutex_);
     input_done_ = true;
     end_seq_ = end_seq;
-    ready_.notify_all();
+    ready_.notify_all();  // the last group may be short
     room_.notify_all();
   }
 
@@ -165,14 +171,23 @@ class ParallelMapIterator final : public Iterator {
     std::lock_guard lock(mutex_);
     buffered_bytes_ += result.bytes;
     done_.emplace(seq, std::move(result));
-    // In order, only the result the consumer takes next lets it go on.
-    if (!deterministic_ || seq == consumed_) ready_.notify_one();
+    while (done_.count(done_prefix_) > 0) ++done_prefix_;
+    // In order, the consumer goes on once every result of its group is done: with groups of one,
+    // once the result it takes next is.
+    if (!deterministic_ || done_prefix_ >= group_end()) ready_.notify_one();
+  }
+
+  // The end of the group the consumer's next result belongs to (the end of the input at most).
+  uint64_t group_end() const {
+    uint64_t end = (consumed_ / group_ + 1) * group_;
+    return input_done_ ? std::min(end, end_seq_) : end;
   }
 
   StopScope scope_;
   MapFn fn_;
   Placer place_;
   const bool deterministic_;
+  const uint64_t group_;
   const size_t capacity_;
   const size_t max_bytes_;
   std::shared_ptr<StageStats> stats_;
@@ -187,6 +202,7 @@ class ParallelMapIterator final : public Iterator {
   std::condition_variable_any room_;   // workers wait here for a slot
   std::map<uint64_t, Result> done_;
   uint64_t consumed_ = 0;
+  uint64_t done_prefix_ = 0;  // every result before it is done (deterministic order)
   uint64_t end_seq_ = 0;
   bool input_done_ = false;
   bool failed_ = false;
@@ -204,18 +220,19 @@ class MapNode final : public DatasetNode {
         name_(std::move(name)), learned_(std::make_shared<TunedValue>()) {}
 
   std::unique_ptr<Iterator> make_iterator(const IteratorContext& ctx) const override {
-    return make_placing_iterator(ctx, nullptr);
+    return make_placing_iterator(ctx, nullptr, 1);
   }
 
   // With place: null unless the map runs on threads and in order (placing_map_iterator).
-  std::unique_ptr<Iterator> make_placing_iterator(const IteratorContext& ctx, Placer place) const {
+  std::unique_ptr<Iterator> make_placing_iterator(const IteratorContext& ctx, Placer place, uint64_t group) const {
     auto stats = ctx.stats ? ctx.stats->stage(this, name_) : std::make_shared<StageStats>(name_);
     int threads = resolve_parallelism(parallel_, ctx.budget, name_);
     stats->parallelism = threads;
     if (place && (threads <= 1 || !deterministic_)) return nullptr;
     if (threads > 1) {
       return std::make_unique<ParallelMapIterator>(input_, fn_, threads, parallel_ == kAutotune ? learned_ : nullptr,
-                                                   deterministic_, ctx, std::move(stats), name_, std::move(place));
+                                                   deterministic_, ctx, std::move(stats), name_, std::move(place),
+                                                   group);
     }
     // One call at a time runs in the puller's thread, as tf.data does.
     struct It final : Iterator {
@@ -249,9 +266,10 @@ class MapNode final : public DatasetNode {
 
 }  // namespace
 
-std::unique_ptr<Iterator> placing_map_iterator(const Node& input, const IteratorContext& ctx, Placer place) {
+std::unique_ptr<Iterator> placing_map_iterator(const Node& input, const IteratorContext& ctx, Placer place,
+                                               uint64_t group) {
   const auto* map = dynamic_cast<const MapNode*>(input.get());
-  return map != nullptr ? map->make_placing_iterator(ctx, std::move(place)) : nullptr;
+  return map != nullptr ? map->make_placing_iterator(ctx, std::move(place), group) : nullptr;
 }
 
 Node map(Node input, MapFn fn, int64_t num_parallel_calls, bool deterministic, std::string name) {
