@@ -2,6 +2,9 @@
 // token fires, so a destroyed or failed pipeline never leaves a thread blocked in it.
 // One element is always admitted into an empty queue, so a single huge element cannot deadlock.
 // The element bound can change while running (autotuned prefetch grows it, autotune.h).
+// Producers blocked on a full queue are woken once it has drained to half its element bound,
+// not at every pop: a reader refills in bursts instead of waking (and taking a core from the
+// consumer) once per element, and the consumer still finds half a queue ready.
 #pragma once
 
 #include <condition_variable>
@@ -44,7 +47,7 @@ class BoundedQueue {
     *out = std::move(items_.front().first);
     bytes_ -= items_.front().second;
     items_.pop_front();
-    space_.notify_one();
+    if (items_.size() <= max_elements_ / 2) space_.notify_all();
     return true;
   }
 

@@ -29,6 +29,12 @@ CropBox random_resized_crop_box(int width, int height, const RandomResizedCropRa
 // Bilinear resize of box of src into dst (dst_w x dst_h, same channels, packed), mirrored
 // left-right when flip: the crop, the resize and the flip cost one pass.
 void resize_bilinear(const Image& src, const CropBox& box, bool flip, int dst_w, int dst_h, uint8_t* dst);
+// The same when src holds only a region of the full image (box in the full image's pixels): the
+// result is the full image's, bit for bit, when the region covers resize_source_span.
+void resize_bilinear(const Image& src, const ImageOrigin& origin, const CropBox& box, bool flip, int dst_w, int dst_h,
+                     uint8_t* dst);
+// The pixels of a full_width x full_height image that resizing box to dst_w x dst_h reads.
+PixelSpan resize_source_span(int full_width, int full_height, const CropBox& box, int dst_w, int dst_h);
 
 // Pads by `padding` zero pixels on every side and crops the original size at (dx, dy) in the
 // padded image, dx, dy in [0, 2 * padding]; mirrored when flip.

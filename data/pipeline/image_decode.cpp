@@ -81,12 +81,7 @@ ImageSize jpeg_size(std::string_view bytes) {
   return {w, h};
 }
 
-void decode_jpeg(std::string_view bytes, int channels, int need_w, int need_h, Image* out, int* scale_num,
-                 int* scale_den) {
-  TANDEM_CHECK(channels == 1 || channels == 3, ErrorCode::kInvalidArgument, "decode_jpeg: channels {} (1 or 3)",
-               channels);
-  tjhandle tj = thread_decoder();
-  ImageSize full = jpeg_size(bytes);
+JpegScale choose_jpeg_scale(ImageSize full, int need_w, int need_h) {
   // Factors come largest first (2/1 ... 1/8); keep the smallest one <= 1 that is still big enough.
   int count = 0;
   tjscalingfactor* factors = tjGetScalingFactors(&count);
@@ -99,8 +94,24 @@ void decode_jpeg(std::string_view bytes, int channels, int need_w, int need_h, I
       best = f;
     }
   }
-  out->width = TJSCALED(full.width, best);
-  out->height = TJSCALED(full.height, best);
+  return {best.num, best.denom};
+}
+
+ImageSize scaled_size(ImageSize full, JpegScale scale) {
+  tjscalingfactor f{scale.num, scale.den};
+  return {TJSCALED(full.width, f), TJSCALED(full.height, f)};
+}
+
+void decode_jpeg(std::string_view bytes, int channels, int need_w, int need_h, Image* out, int* scale_num,
+                 int* scale_den) {
+  TANDEM_CHECK(channels == 1 || channels == 3, ErrorCode::kInvalidArgument, "decode_jpeg: channels {} (1 or 3)",
+               channels);
+  tjhandle tj = thread_decoder();
+  ImageSize full = jpeg_size(bytes);
+  JpegScale best = choose_jpeg_scale(full, need_w, need_h);
+  ImageSize size = scaled_size(full, best);
+  out->width = size.width;
+  out->height = size.height;
   out->channels = channels;
   out->pixels.resize(static_cast<size_t>(out->width) * out->height * channels);
   int rc = tjDecompress2(tj, reinterpret_cast<const unsigned char*>(bytes.data()),
@@ -109,7 +120,7 @@ void decode_jpeg(std::string_view bytes, int channels, int need_w, int need_h, I
   // A warning (rc -1 with TJERR_WARNING) still gives an image, as TensorFlow's decoder accepts.
   if (rc != 0 && tjGetErrorCode(tj) != TJERR_WARNING) fail_decode("JPEG decode", bytes.size());
   if (scale_num != nullptr) *scale_num = best.num;
-  if (scale_den != nullptr) *scale_den = best.denom;
+  if (scale_den != nullptr) *scale_den = best.den;
 }
 
 void decode_png(std::string_view bytes, int channels, Image* out) {

@@ -29,8 +29,36 @@ struct ImageSize {
   int height = 0;
 };
 
+// Where an image's pixels sit in the image they were cut from: a region decoded on its own
+// holds columns [x, x + width) and rows [y, y + height) of a full_width x full_height image.
+struct ImageOrigin {
+  int x = 0, y = 0;
+  int full_width = 0, full_height = 0;
+};
+
+// Columns [x_begin, x_end) and rows [y_begin, y_end) of an image.
+struct PixelSpan {
+  int x_begin = 0, x_end = 0;
+  int y_begin = 0, y_end = 0;
+};
+
+// A libjpeg-turbo scaling factor, num / den (1/8 ... 1).
+struct JpegScale {
+  int num = 1;
+  int den = 1;
+};
+
 // The JPEG's size from its header, without decoding.
 ImageSize jpeg_size(std::string_view bytes);
+// The smallest libjpeg-turbo scale <= 1 that keeps the image at least need_w x need_h (1/1
+// when nothing is needed or nothing smaller is enough), and the image's size at a scale.
+JpegScale choose_jpeg_scale(ImageSize full, int need_w, int need_h);
+ImageSize scaled_size(ImageSize full, JpegScale scale);
+// Decodes at `scale` only the pixels of `want` (in the scaled image's pixels) and what
+// libjpeg-turbo needs around them: out holds a region of the scaled image and origin says where
+// it sits. Inside `want` the pixels are those decode_jpeg gives at that scale, bit for bit.
+void decode_jpeg_region(std::string_view bytes, int channels, JpegScale scale, const PixelSpan& want, Image* out,
+                        ImageOrigin* origin);
 
 // Decodes a JPEG to RGB (channels 3) or grayscale (channels 1). When need_w/need_h are given,
 // decodes at the smallest libjpeg-turbo scale whose size is still >= (need_w, need_h) and

@@ -2,7 +2,6 @@
 #include "data/pipeline/image_map.h"
 
 #include <cmath>
-#include <cstring>
 
 #include "data/example_fast.h"
 #include "engine/core/error.h"
@@ -23,10 +22,12 @@ uint64_t mix(uint64_t h, uint64_t v) {
 
 struct Decoded {
   Image image;
-  CropBox box;  // the region to resize, in the decoded image's pixels
+  ImageOrigin origin;  // where image sits in the (scaled) full image: a JPEG decodes only what the crop reads
+  CropBox box;         // the region to resize, in the full (scaled) image's pixels
 };
 
-// Picks the crop on the full-size image first, then decodes only as large as that crop needs.
+// Picks the crop on the full-size image first, then decodes at the smallest scale that keeps the
+// crop at least the output size, and only the rows and columns the resize reads.
 void decode_jpeg_for(std::string_view bytes, const AugmentOptions& a, Generator& rng, Decoded* out) {
   ImageSize full = jpeg_size(bytes);
   CropBox box{0, 0, static_cast<float>(full.width), static_cast<float>(full.height)};
@@ -39,9 +40,14 @@ void decode_jpeg_for(std::string_view bytes, const AugmentOptions& a, Generator&
     need_w = static_cast<int>(std::ceil(static_cast<float>(a.width) * full.width / box.width));
     need_h = static_cast<int>(std::ceil(static_cast<float>(a.height) * full.height / box.height));
   }
-  int num = 1, den = 1;
-  decode_jpeg(bytes, a.channels, need_w, need_h, &out->image, &num, &den);
-  out->box = box.scaled(static_cast<float>(out->image.width) / static_cast<float>(full.width));
+  JpegScale scale = choose_jpeg_scale(full, need_w, need_h);
+  ImageSize size = scaled_size(full, scale);
+  out->box = box.scaled(static_cast<float>(size.width) / static_cast<float>(full.width));
+  PixelSpan want{0, size.width, 0, size.height};  // the whole image unless a resize reads less
+  if (a.width > 0 && a.height > 0 && a.crop_padding == 0) {
+    want = resize_source_span(size.width, size.height, out->box, a.width, a.height);
+  }
+  decode_jpeg_region(bytes, a.channels, scale, want, &out->image, &out->origin);
 }
 
 void decode_raw(const FeatureView& f, const ImageMapOptions& o, Image* out) {
@@ -72,46 +78,42 @@ void decode(const FeatureView& f, const ImageMapOptions& o, Generator& rng, Deco
     decode_raw(f, o, &out->image);
   }
   const Image& im = out->image;
+  out->origin = {0, 0, im.width, im.height};
   out->box = {0, 0, static_cast<float>(im.width), static_cast<float>(im.height)};
   if (o.augment.random_resized_crop && o.augment.crop_padding == 0 && o.augment.height > 0) {
     out->box = random_resized_crop_box(im.width, im.height, o.augment.crop_range, rng);
   }
 }
 
-// Crop, resize and flip into (H, W, C) bytes.
-std::vector<uint8_t> augment(const Decoded& d, const AugmentOptions& a, Generator& rng, int* w, int* h) {
+// Crop, resize and flip into (H, W, C) bytes, then lay out and normalise into the image tensor;
+// a uint8 NHWC output is written straight into the tensor.
+Tensor augment(const Decoded& d, const AugmentOptions& a, Generator& rng) {
   const Image& im = d.image;
+  const int c = im.channels;
   bool flip = a.horizontal_flip && (rng.next_u32() & 1u) != 0;
-  std::vector<uint8_t> out;
+  int dx = 0, dy = 0;
   if (a.crop_padding > 0) {
-    auto dx = static_cast<int>(rng.below(static_cast<uint64_t>(2 * a.crop_padding + 1)));
-    auto dy = static_cast<int>(rng.below(static_cast<uint64_t>(2 * a.crop_padding + 1)));
-    *w = im.width;
-    *h = im.height;
-    out.resize(im.pixels.size());
-    crop_with_padding(im, a.crop_padding, dx, dy, flip, out.data());
-    return out;
+    dx = static_cast<int>(rng.below(static_cast<uint64_t>(2 * a.crop_padding + 1)));
+    dy = static_cast<int>(rng.below(static_cast<uint64_t>(2 * a.crop_padding + 1)));
   }
-  *w = a.width > 0 ? a.width : im.width;
-  *h = a.height > 0 ? a.height : im.height;
-  out.resize(static_cast<size_t>(*w) * *h * im.channels);
-  resize_bilinear(im, d.box, flip, *w, *h, out.data());
-  return out;
-}
-
-Tensor to_tensor(const std::vector<uint8_t>& hwc, int w, int h, int c, const AugmentOptions& a) {
-  bool chw = a.layout == ImageLayout::kNCHW;
-  Shape shape = chw ? Shape{c, h, w} : Shape{h, w, c};
-  if (a.normalize) {
-    Tensor t = Tensor::empty(shape, DType::kF32);
-    normalize(hwc.data(), w, h, c, a.mean, a.std, chw, t.data<float>());
-    return t;
-  }
-  Tensor t = Tensor::empty(shape, DType::kU8);
-  if (chw) {
-    hwc_to_chw(hwc.data(), w, h, c, t.data<uint8_t>());
+  const bool resize = a.crop_padding == 0;
+  const int w = resize && a.width > 0 ? a.width : im.width;
+  const int h = resize && a.height > 0 ? a.height : im.height;
+  const bool chw = a.layout == ImageLayout::kNCHW;
+  const bool in_place = !a.normalize && !chw;
+  Tensor t = Tensor::empty(chw ? Shape{c, h, w} : Shape{h, w, c}, a.normalize ? DType::kF32 : DType::kU8);
+  thread_local std::vector<uint8_t> scratch;
+  if (!in_place) scratch.resize(static_cast<size_t>(w) * h * c);
+  uint8_t* hwc = in_place ? t.data<uint8_t>() : scratch.data();
+  if (resize) {
+    resize_bilinear(im, d.origin, d.box, flip, w, h, hwc);
   } else {
-    std::memcpy(t.data<uint8_t>(), hwc.data(), hwc.size());
+    crop_with_padding(im, a.crop_padding, dx, dy, flip, hwc);
+  }
+  if (a.normalize) {
+    normalize(hwc, w, h, c, a.mean, a.std, chw, t.data<float>());
+  } else if (chw) {
+    hwc_to_chw(hwc, w, h, c, t.data<uint8_t>());
   }
   return t;
 }
@@ -122,15 +124,15 @@ Element map_one(const ImageMapOptions& options, const std::vector<std::string>& 
   Generator rng = element_generator(options.seed, options.replica, in);
   const FeatureView& image = parser.feature(0);
   TANDEM_CHECK(image.present, ErrorCode::kInvalidArgument, "no feature '{}'", options.image_key);
-  Decoded decoded;
+  // The pixel buffer is reused (no fresh pages to touch per image); each loader thread keeps
+  // one as large as its largest image.
+  thread_local Decoded decoded;
   decode(image, options, rng, &decoded);
-  int w = 0, h = 0;
-  std::vector<uint8_t> hwc = augment(decoded, options.augment, rng, &w, &h);
   Element out;
   out.file = std::move(in.file);
   out.record = in.record;
   out.epoch = in.epoch;
-  out.tensors.push_back(to_tensor(hwc, w, h, decoded.image.channels, options.augment));
+  out.tensors.push_back(augment(decoded, options.augment, rng));
   if (keys.size() > 1) {
     const FeatureView& label = parser.feature(1);
     TANDEM_CHECK(label.present && label.type == FeatureType::kInt64 && label.ints.size() == 1,

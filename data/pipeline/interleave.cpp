@@ -65,11 +65,13 @@ class InterleaveIterator final : public Iterator {
       return;
     }
     Dataset inner = fn_(source);
-    if (read_ahead_ > 0) inner = inner.prefetch(read_ahead_);
-    slots_[cycle_index_] = inner.node()->make_iterator(ctx_);
+    slots_[cycle_index_] = read_ahead_ > 0
+                               ? read_ahead_iterator(inner.node(), read_ahead_, &kReadAheadStage, "read-ahead", ctx_)
+                               : inner.node()->make_iterator(ctx_);
     ++open_;
   }
 
+  static constexpr int kReadAheadStage = 0;  // every file's read-ahead counts as one stage
   IteratorContext ctx_;
   InterleaveFn fn_;
   int64_t block_length_;

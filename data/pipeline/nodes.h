@@ -2,6 +2,8 @@
 // data/pipeline: users build pipelines through Dataset.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,8 +30,21 @@ Node map(Node input, MapFn fn, int64_t num_parallel_calls, bool deterministic, s
 Node interleave(Node input, InterleaveFn fn, int64_t cycle_length, int64_t block_length,
                 int64_t num_parallel_calls, bool deterministic);
 Node prefetch(Node input, int64_t buffer_size);
+// A prefetch of buffer_size > 0 elements whose waits count under one stage (stats_key, name)
+// however many are made: interleave's per-file read-ahead.
+std::unique_ptr<Iterator> read_ahead_iterator(const Node& input, int64_t buffer_size, const void* stats_key,
+                                              const std::string& name, const IteratorContext& ctx);
 
 // Stacks the tensors of elements into one element of [N, ...] tensors (batch's work).
 Element stack_elements(std::vector<Element>& elements);
+
+// What a map's workers hand each result to, with its position in the map's output (0, 1, ...),
+// before the result counts as done: batch has them copy their rows into the batch themselves.
+using Placer = std::function<void(uint64_t position, Element& element)>;
+// An iterator of `input` whose workers call `place`, when `input` is a map that runs on more than
+// one thread and in order; else null (and no iterator is made). Its consumer is woken once per
+// `group` results (the batch size), when all of them are done, not at each.
+std::unique_ptr<Iterator> placing_map_iterator(const Node& input, const IteratorContext& ctx, Placer place,
+                                               uint64_t group);
 
 }  // namespace tandem::data::nodes

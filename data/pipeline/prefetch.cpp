@@ -31,13 +31,17 @@ struct Slot {
 class PrefetchIterator final : public Iterator {
  public:
   // learned: the node's tuned size when autotuned (null for a fixed buffer_size).
+  // stats_key, name: the stage its waits are counted under (one per node, or one shared by the
+  // read-ahead of every file an interleave opens).
   PrefetchIterator(const Node& input, size_t buffer_size, std::shared_ptr<TunedValue> learned,
-                   const IteratorContext& ctx)
+                   const IteratorContext& ctx, const void* stats_key, const std::string& name)
       : scope_(ctx.stop), queue_(buffer_size, ctx.budget.queue_bytes), learned_(std::move(learned)),
-        tuner_("prefetch", buffer_size, ctx.budget.queue_bytes, learned_ != nullptr) {
+        tuner_(name, buffer_size, ctx.budget.queue_bytes, learned_ != nullptr) {
     IteratorContext child = ctx;
     child.stop = scope_.token();
     input_ = input->make_iterator(child);
+    // Registered after the input's stages, so a snapshot lists stages from the source outwards.
+    stats_ = ctx.stats ? ctx.stats->stage(stats_key, name) : std::make_shared<StageStats>(name);
     thread_ = std::thread([this] { produce(); });
   }
 
@@ -55,6 +59,7 @@ class PrefetchIterator final : public Iterator {
       return false;
     }
     double now = seconds_now();
+    stats_->consumer_wait_ns.fetch_add(static_cast<int64_t>((now - start) * 1e9), std::memory_order_relaxed);
     if (tuner_.record(now - start, slot.element.bytes(), queue_.take_filled(), now)) {
       queue_.set_max_elements(tuner_.size());
       learned_->raise(static_cast<int64_t>(tuner_.size()));
@@ -74,6 +79,7 @@ class PrefetchIterator final : public Iterator {
       Slot slot;
       while (!stop.stop_requested() && input_->next(&slot.element)) {
         size_t bytes = slot.element.bytes();
+        StageTimer wait(&stats_->producer_wait_ns);
         if (!queue_.push(std::move(slot), bytes, stop)) break;
         slot = Slot{};
       }
@@ -88,6 +94,7 @@ class PrefetchIterator final : public Iterator {
   BoundedQueue<Slot> queue_;
   std::unique_ptr<Iterator> input_;
   bool failed_ = false;
+  std::shared_ptr<StageStats> stats_;
   std::shared_ptr<TunedValue> learned_;
   BufferTuner tuner_;  // used by the consumer's thread only
   std::thread thread_;
@@ -101,7 +108,8 @@ class PrefetchNode final : public DatasetNode {
     const bool autotune = buffer_size_ == kAutotune;
     int64_t size = autotune ? std::max(kAutotunedPrefetch, learned_->get()) : buffer_size_;
     if (size == 0) return input_->make_iterator(ctx);
-    return std::make_unique<PrefetchIterator>(input_, static_cast<size_t>(size), autotune ? learned_ : nullptr, ctx);
+    return std::make_unique<PrefetchIterator>(input_, static_cast<size_t>(size), autotune ? learned_ : nullptr, ctx,
+                                              this, "prefetch");
   }
 
  private:
@@ -111,6 +119,11 @@ class PrefetchNode final : public DatasetNode {
 };
 
 }  // namespace
+
+std::unique_ptr<Iterator> read_ahead_iterator(const Node& input, int64_t buffer_size, const void* stats_key,
+                                              const std::string& name, const IteratorContext& ctx) {
+  return std::make_unique<PrefetchIterator>(input, static_cast<size_t>(buffer_size), nullptr, ctx, stats_key, name);
+}
 
 Node prefetch(Node input, int64_t buffer_size) {
   TANDEM_CHECK(buffer_size >= 0 || buffer_size == kAutotune, ErrorCode::kInvalidArgument,

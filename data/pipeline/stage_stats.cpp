@@ -18,8 +18,14 @@ std::vector<StageSnapshot> PipelineStats::snapshot() const {
   std::lock_guard lock(mutex_);
   std::vector<StageSnapshot> out;
   for (const auto& [key, stats] : stages_) {
-    out.push_back({stats->name, static_cast<double>(stats->busy_ns.load()) * 1e-9, stats->elements.load(),
-                   stats->parallelism.load()});
+    auto seconds = [](const std::atomic<int64_t>& ns) { return static_cast<double>(ns.load()) * 1e-9; };
+    out.push_back({.name = stats->name,
+                   .busy_seconds = seconds(stats->busy_ns),
+                   .elements = stats->elements.load(),
+                   .parallelism = stats->parallelism.load(),
+                   .consumer_wait_seconds = seconds(stats->consumer_wait_ns),
+                   .producer_wait_seconds = seconds(stats->producer_wait_ns),
+                   .input_wait_seconds = seconds(stats->input_wait_ns)});
   }
   return out;
 }

@@ -1,5 +1,6 @@
 // Per-stage counters of a running pipeline: busy time (summed over the stage's threads),
-// elements produced and parallelism, so `bench-input` can say which stage limits the rate.
+// elements produced, parallelism and the time spent waiting at the stage's queue, so
+// `bench-input` and bench/pipeline_bench can say which stage limits the rate and which waits.
 #pragma once
 
 #include <atomic>
@@ -18,6 +19,12 @@ struct StageStats {
   std::atomic<int64_t> busy_ns{0};
   std::atomic<int64_t> elements{0};
   std::atomic<int> parallelism{1};
+  // Waits at this stage's queue, summed over threads: whoever pulls from the stage waited for an
+  // element (consumer), the stage's threads waited for room to put one (producer), or for their
+  // own input, the lock that serialises pulling from it included (input).
+  std::atomic<int64_t> consumer_wait_ns{0};
+  std::atomic<int64_t> producer_wait_ns{0};
+  std::atomic<int64_t> input_wait_ns{0};
 };
 
 struct StageSnapshot {
@@ -25,6 +32,9 @@ struct StageSnapshot {
   double busy_seconds = 0;
   int64_t elements = 0;
   int parallelism = 1;
+  double consumer_wait_seconds = 0;
+  double producer_wait_seconds = 0;
+  double input_wait_seconds = 0;
 };
 
 // The stages of one pipeline, keyed by the dataset node so a repeat does not count twice.
@@ -38,22 +48,28 @@ class PipelineStats {
   std::vector<std::pair<const void*, std::shared_ptr<StageStats>>> stages_;
 };
 
-// Adds the time between construction and destruction to a stage's busy time.
-class BusyTimer {
+// Adds the time between construction and destruction to one counter of a stage.
+class StageTimer {
  public:
-  explicit BusyTimer(StageStats* stats) : stats_(stats), start_(std::chrono::steady_clock::now()) {}
-  ~BusyTimer() {
-    if (stats_ != nullptr) {
+  explicit StageTimer(std::atomic<int64_t>* counter) : counter_(counter), start_(std::chrono::steady_clock::now()) {}
+  ~StageTimer() {
+    if (counter_ != nullptr) {
       auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start_);
-      stats_->busy_ns.fetch_add(ns.count(), std::memory_order_relaxed);
+      counter_->fetch_add(ns.count(), std::memory_order_relaxed);
     }
   }
-  BusyTimer(const BusyTimer&) = delete;
-  BusyTimer& operator=(const BusyTimer&) = delete;
+  StageTimer(const StageTimer&) = delete;
+  StageTimer& operator=(const StageTimer&) = delete;
 
  private:
-  StageStats* stats_;
+  std::atomic<int64_t>* counter_;
   std::chrono::steady_clock::time_point start_;
+};
+
+// Adds the time between construction and destruction to a stage's busy time.
+class BusyTimer : public StageTimer {
+ public:
+  explicit BusyTimer(StageStats* stats) : StageTimer(stats != nullptr ? &stats->busy_ns : nullptr) {}
 };
 
 }  // namespace tandem::data

@@ -1,6 +1,5 @@
-// The sequential transformations: shard, take, skip, repeat, shuffle and batch. They run in
-// the thread of whoever pulls from them (a prefetch or map thread in a real pipeline).
-#include <cstring>
+// The sequential transformations: shard, take, skip, repeat and shuffle. They run in the
+// thread of whoever pulls from them (a prefetch or map thread in a real pipeline).
 
 #include "data/pipeline/nodes.h"
 #include "engine/core/error.h"
@@ -118,49 +117,7 @@ class ShuffleNode final : public DatasetNode {
   bool reshuffle_;
 };
 
-std::string element_name(const Element& e) {
-  return e.file.empty() ? fmt::format("element {}", e.record) : fmt::format("{} record {}", e.file, e.record);
-}
-
-void check_stackable(const std::vector<Element>& elements, size_t i) {
-  const Element& first = elements[0];
-  const Element& e = elements[i];
-  TANDEM_CHECK(e.tensors.size() == first.tensors.size(), ErrorCode::kInvalidArgument,
-               "batch: {} has {} tensors but {} has {}", element_name(e), e.tensors.size(), element_name(first),
-               first.tensors.size());
-  for (size_t k = 0; k < e.tensors.size(); ++k) {
-    const Tensor& a = first.tensors[k];
-    const Tensor& b = e.tensors[k];
-    TANDEM_CHECK(a.shape() == b.shape() && a.dtype() == b.dtype(), ErrorCode::kInvalidArgument,
-                 "batch: component {} of {} is {} but of {} is {}; resize images to one size before batch", k,
-                 element_name(e), b.describe(), element_name(first), a.describe());
-  }
-}
-
 }  // namespace
-
-Element stack_elements(std::vector<Element>& elements) {
-  TANDEM_CHECK(!elements.empty(), ErrorCode::kInternal, "stack_elements of nothing");
-  Element out;
-  out.file = elements[0].file;
-  out.record = elements[0].record;
-  out.epoch = elements[0].epoch;
-  for (size_t i = 1; i < elements.size(); ++i) check_stackable(elements, i);
-  const int64_t n = static_cast<int64_t>(elements.size());
-  for (size_t k = 0; k < elements[0].tensors.size(); ++k) {
-    const Tensor& first = elements[0].tensors[k];
-    std::vector<int64_t> dims{n};
-    for (int64_t d : first.shape().dims()) dims.push_back(d);
-    Tensor stacked = Tensor::empty(Shape(std::span<const int64_t>(dims)), first.dtype());
-    auto* dst = static_cast<char*>(stacked.raw_data());
-    for (const Element& e : elements) {
-      std::memcpy(dst, e.tensors[k].raw_data(), first.nbytes());
-      dst += first.nbytes();
-    }
-    out.tensors.push_back(std::move(stacked));
-  }
-  return out;
-}
 
 Node shard(Node input, int64_t num_shards, int64_t index) {
   TANDEM_CHECK(num_shards >= 1 && index >= 0 && index < num_shards, ErrorCode::kInvalidArgument,
@@ -200,19 +157,6 @@ Node repeat(Node input, int64_t count) {
 Node shuffle(Node input, int64_t buffer_size, uint64_t seed, bool reshuffle_each_iteration) {
   TANDEM_CHECK(buffer_size >= 1, ErrorCode::kInvalidArgument, "shuffle(buffer_size={}): must be >= 1", buffer_size);
   return std::make_shared<ShuffleNode>(std::move(input), buffer_size, seed, reshuffle_each_iteration);
-}
-
-Node batch(Node input, int64_t batch_size, bool drop_remainder) {
-  TANDEM_CHECK(batch_size >= 1, ErrorCode::kInvalidArgument, "batch(batch_size={}): must be >= 1", batch_size);
-  return simple(std::move(input), 0, [batch_size, drop_remainder](Iterator& in, int&, Element* out) {
-    std::vector<Element> items;
-    items.reserve(static_cast<size_t>(batch_size));
-    Element e;
-    while (static_cast<int64_t>(items.size()) < batch_size && in.next(&e)) items.push_back(std::move(e));
-    if (items.empty() || (drop_remainder && static_cast<int64_t>(items.size()) < batch_size)) return false;
-    *out = stack_elements(items);
-    return true;
-  });
 }
 
 }  // namespace tandem::data::nodes

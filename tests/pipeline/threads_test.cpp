@@ -145,6 +145,27 @@ TEST(PipelineThreads, StopWakesABlockedPush) {
   EXPECT_FALSE(result.load());
 }
 
+TEST(PipelineThreads, AFullQueuesProducerResumesOnceHalfIsDrained) {
+  BoundedQueue<int> queue(4, 1000);
+  std::stop_source stop;
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(queue.push(i, 1, stop.get_token()));
+  std::atomic<bool> pushed{false};
+  std::thread producer([&] { pushed = queue.push(4, 1, stop.get_token()); });
+  std::this_thread::sleep_for(50ms);  // the producer is blocked on the full queue
+  int out = -1;
+  ASSERT_TRUE(queue.pop(&out, stop.get_token()));
+  EXPECT_EQ(out, 0);
+  std::this_thread::sleep_for(50ms);
+  EXPECT_FALSE(pushed.load());  // three of four left: no wake-up for a single free slot
+  ASSERT_TRUE(queue.pop(&out, stop.get_token()));
+  producer.join();  // two left, half the bound: the producer runs again
+  EXPECT_TRUE(pushed.load());
+  for (int expected = 2; expected <= 4; ++expected) {
+    ASSERT_TRUE(queue.pop(&out, stop.get_token()));
+    EXPECT_EQ(out, expected);
+  }
+}
+
 TEST(PipelineThreads, PrefetchHoldsNoMoreThanItsByteBudget) {
   auto made = std::make_shared<std::atomic<int>>(0);
   auto big = [made](Element e) {

@@ -7,7 +7,7 @@ packages=(
   cmake ninja-build g++ pkg-config
   libyaml-cpp-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
   libprotobuf-dev protobuf-compiler
-  libdnnl-dev libturbojpeg0-dev libpng-dev zlib1g-dev libisal-dev
+  libdnnl-dev libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev zlib1g-dev libisal-dev
   libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
   dataset-fashion-mnist
   clang libomp-dev python3
