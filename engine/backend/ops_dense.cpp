@@ -73,35 +73,30 @@ LinearWeightGrads linear_backward_weights(Ctx& ctx, const Tensor& x, const Tenso
   return g;
 }
 
-Tensor add(Ctx& ctx, const Tensor& a, const Tensor& b) {
-  check_f32("add", "a", a, ctx);
-  check_f32("add", "b", b, ctx);
-  check_same("add", "a", a, "b", b);
-  auto fn = entry(table(ctx).add, "add", ctx);
+namespace {
+
+using BinaryKernel = void (*)(Ctx&, const Tensor& a, const Tensor& b, Tensor& y);
+
+// y = kernel(a, b) for two f32 operands of one shape and memory format, y like them.
+Tensor elementwise_binary(Ctx& ctx, std::string_view op, BinaryKernel kernel, const Tensor& a, const Tensor& b) {
+  check_f32(op, "a", a, ctx);
+  check_f32(op, "b", b, ctx);
+  check_same(op, "a", a, "b", b);
+  auto fn = entry(kernel, op, ctx);
   Tensor y = like(ctx, a.shape(), a.format());
   fn(ctx, a, b, y);
   return y;
 }
+
+}  // namespace
+
+Tensor add(Ctx& ctx, const Tensor& a, const Tensor& b) { return elementwise_binary(ctx, "add", table(ctx).add, a, b); }
 
 Tensor add_relu(Ctx& ctx, const Tensor& a, const Tensor& b) {
-  check_f32("add_relu", "a", a, ctx);
-  check_f32("add_relu", "b", b, ctx);
-  check_same("add_relu", "a", a, "b", b);
-  auto fn = entry(table(ctx).add_relu, "add_relu", ctx);
-  Tensor y = like(ctx, a.shape(), a.format());
-  fn(ctx, a, b, y);
-  return y;
+  return elementwise_binary(ctx, "add_relu", table(ctx).add_relu, a, b);
 }
 
-Tensor mul(Ctx& ctx, const Tensor& a, const Tensor& b) {
-  check_f32("mul", "a", a, ctx);
-  check_f32("mul", "b", b, ctx);
-  check_same("mul", "a", a, "b", b);
-  auto fn = entry(table(ctx).mul, "mul", ctx);
-  Tensor y = like(ctx, a.shape(), a.format());
-  fn(ctx, a, b, y);
-  return y;
-}
+Tensor mul(Ctx& ctx, const Tensor& a, const Tensor& b) { return elementwise_binary(ctx, "mul", table(ctx).mul, a, b); }
 
 Tensor scale(Ctx& ctx, const Tensor& x, float alpha) {
   check_f32("scale", "x", x, ctx);
