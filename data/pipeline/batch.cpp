@@ -36,11 +36,19 @@ void check_stackable(const std::vector<Element>& elements, size_t i) {
   }
 }
 
-
 std::vector<int64_t> batched_dims(int64_t rows, const Tensor& row) {
   std::vector<int64_t> dims{rows};
   for (int64_t d : row.shape().dims()) dims.push_back(d);
   return dims;
+}
+
+// Up to batch_size elements from in, fewer at its end.
+std::vector<Element> pull_batch(Iterator& in, int64_t batch_size) {
+  std::vector<Element> items;
+  items.reserve(static_cast<size_t>(batch_size));
+  Element e;
+  while (static_cast<int64_t>(items.size()) < batch_size && in.next(&e)) items.push_back(std::move(e));
+  return items;
 }
 
 // The batches being filled by a map's workers, keyed by batch index. Each row is placed by the
@@ -135,10 +143,7 @@ class AssembledBatchIterator final : public Iterator {
   void set_input(std::unique_ptr<Iterator> input) { input_ = std::move(input); }
 
   bool next(Element* out) override {
-    std::vector<Element> items;
-    items.reserve(static_cast<size_t>(batch_size_));
-    Element e;
-    while (static_cast<int64_t>(items.size()) < batch_size_ && input_->next(&e)) items.push_back(std::move(e));
+    std::vector<Element> items = pull_batch(*input_, batch_size_);
     const uint64_t index = next_index_++;
     if (items.empty() || (drop_remainder_ && static_cast<int64_t>(items.size()) < batch_size_)) {
       if (!items.empty()) assembler_->forget(index);
@@ -210,10 +215,7 @@ class BatchNode final : public DatasetNode {
       int64_t batch_size;
       bool drop_remainder;
       bool next(Element* out) override {
-        std::vector<Element> items;
-        items.reserve(static_cast<size_t>(batch_size));
-        Element e;
-        while (static_cast<int64_t>(items.size()) < batch_size && input->next(&e)) items.push_back(std::move(e));
+        std::vector<Element> items = pull_batch(*input, batch_size);
         if (items.empty() || (drop_remainder && static_cast<int64_t>(items.size()) < batch_size)) return false;
         *out = stack_elements(items);
         return true;
@@ -244,8 +246,7 @@ Element stack_elements(std::vector<Element>& elements) {
   const int64_t n = static_cast<int64_t>(elements.size());
   for (size_t k = 0; k < elements[0].tensors.size(); ++k) {
     const Tensor& first = elements[0].tensors[k];
-    std::vector<int64_t> dims{n};
-    for (int64_t d : first.shape().dims()) dims.push_back(d);
+    std::vector<int64_t> dims = batched_dims(n, first);
     Tensor stacked = Tensor::empty(Shape(std::span<const int64_t>(dims)), first.dtype());
     auto* dst = static_cast<char*>(stacked.raw_data());
     for (const Element& e : elements) {
@@ -256,7 +257,6 @@ Element stack_elements(std::vector<Element>& elements) {
   }
   return out;
 }
-
 
 Node batch(Node input, int64_t batch_size, bool drop_remainder) {
   TANDEM_CHECK(batch_size >= 1, ErrorCode::kInvalidArgument, "batch(batch_size={}): must be >= 1", batch_size);
