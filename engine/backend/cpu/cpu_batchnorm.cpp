@@ -48,13 +48,8 @@ BnForward::primitive_desc forward_pd(prop_kind prop, const memory::desc& x_md, f
 }
 
 // Tries the flags with fuse_norm_relu first when asked; falls back to the unfused primitive.
-// x as it lies in memory, 16-channel nhwc as the identical nChw16c (oneDNN's faster kernel there).
-memory::desc bn_activation_md(const Tensor& x) {
-  return is_blocked16_alias(x.shape(), x.format()) ? blocked16_alias_md(x.shape()) : activation_md(x.shape(), x.format());
-}
-
 ForwardPlan make_forward_plan(prop_kind prop, const Tensor& x, float eps, normalization_flags flags, bool fuse) {
-  ForwardPlan f{bn_activation_md(x), {}, {}, false};
+  ForwardPlan f{fastest_activation_md(x.shape(), x.format()), {}, {}, false};
   if (fuse) f.pd = forward_pd(prop, f.x_md, eps, flags | normalization_flags::fuse_norm_relu, true);
   f.fused = static_cast<bool>(f.pd);
   if (!f.fused) f.pd = forward_pd(prop, f.x_md, eps, flags, false);
@@ -159,7 +154,7 @@ void batchnorm_backward(Ctx& ctx, const BatchNormParams& p, const Tensor& x, con
   const BackwardPlan& plan = cache.get(bn_key(kBnBackward, ctx, p, x, fused), [&] {
     return dnnl_check("batch_normalization_backward::primitive_desc", {&x, &dy}, [&] {
       normalization_flags flags = fused ? kAffine | normalization_flags::fuse_norm_relu : kAffine;
-      BackwardPlan b{bn_activation_md(x), {}, {}};
+      BackwardPlan b{fastest_activation_md(x.shape(), x.format()), {}, {}};
       auto hint = forward_pd(prop_kind::forward_training, b.x_md, p.eps, flags, false);
       BnBackward::desc desc(prop_kind::backward, b.x_md, b.x_md, p.eps, flags);
       b.pd = BnBackward::primitive_desc(desc, user_scratchpad_attr(), cpu_engine(), hint);

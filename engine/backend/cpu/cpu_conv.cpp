@@ -66,7 +66,7 @@ std::pair<memory::desc, memory::desc> activation_mds(const Conv2dParams& p, cons
                                                      bool alias) {
   if (alias && p.groups == 1 && is_blocked16_alias(a.shape(), a.format()) &&
       is_blocked16_alias(b.shape(), b.format())) {
-    return {blocked16_alias_md(a.shape()), blocked16_alias_md(b.shape())};
+    return {fastest_activation_md(a.shape(), a.format()), fastest_activation_md(b.shape(), b.format())};
   }
   return {activation_md(a.shape(), a.format()), activation_md(b.shape(), b.format())};
 }

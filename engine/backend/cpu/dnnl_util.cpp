@@ -44,7 +44,8 @@ bool is_blocked16_alias(const Shape& s, MemoryFormat format) {
   return format == MemoryFormat::kChannelsLast && s.rank() == 4 && s[1] == 16;
 }
 
-memory::desc blocked16_alias_md(const Shape& s) {
+memory::desc fastest_activation_md(const Shape& s, MemoryFormat format) {
+  if (!is_blocked16_alias(s, format)) return activation_md(s, format);
   return memory::desc(to_dims(s.dims()), memory::data_type::f32, memory::format_tag::nChw16c);
 }
 
