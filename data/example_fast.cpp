@@ -79,6 +79,7 @@ void decode_list(std::string_view bytes, FeatureType type, FeatureView* view) {
     } else if (type == FeatureType::kFloat && wire == kLen) {
       std::string_view packed = r.len_field();
       if (packed.size() % 4 != 0) WireReader::bad("packed floats not a multiple of 4 bytes");
+      if (packed.empty()) continue;  // an empty vector's data() may be null, which memcpy must not see
       size_t old = view->floats.size();
       view->floats.resize(old + packed.size() / 4);
       std::memcpy(view->floats.data() + old, packed.data(), packed.size());
