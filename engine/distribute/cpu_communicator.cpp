@@ -4,6 +4,7 @@
 #include "engine/distribute/cpu_communicator.h"
 
 #include "engine/distribute/cpu_rendezvous.h"
+#include "engine/distribute/process_link.h"
 
 #include <algorithm>
 #include <cstring>
@@ -50,13 +51,17 @@ void check_cpu_tensor(const Tensor& x, std::string_view what) {
 
 }  // namespace
 
-CpuCommunicator::CpuCommunicator(int rank, std::shared_ptr<detail::Rendezvous> rendezvous)
-    : rank_(rank), rendezvous_(std::move(rendezvous)), queue_(kQueueCapacity) {
+CpuCommunicator::CpuCommunicator(int rank, std::shared_ptr<detail::Rendezvous> rendezvous, ProcessLink* link,
+                                 bool ordered)
+    : rank_(rank), rendezvous_(std::move(rendezvous)), link_(link), ordered_(ordered), queue_(kQueueCapacity) {
   sources_.resize(static_cast<size_t>(rendezvous_->world_size()));
+  if (link_ != nullptr) base_rank_ = link_->rank() * rendezvous_->world_size();
   worker_ = std::thread([this] { worker_loop(); });
 }
 
-int CpuCommunicator::world_size() const { return rendezvous_->world_size(); }
+int CpuCommunicator::world_size() const {
+  return rendezvous_->world_size() * (link_ != nullptr ? link_->size() : 1);
+}
 
 CpuCommunicator::~CpuCommunicator() {
   bool pending = false;
@@ -167,23 +172,33 @@ void CpuCommunicator::abort(const std::string& reason) noexcept {
 
 void CpuCommunicator::run(const CollectiveDesc& desc) {
   rendezvous_->arrive(rank_, desc);
-  switch (desc.kind) {
-    case CollectiveKind::kAllReduce: run_all_reduce(desc); break;
-    case CollectiveKind::kBroadcast: run_broadcast(desc); break;
-    case CollectiveKind::kAllGather: run_all_gather(desc); break;
+  try {
+    switch (desc.kind) {
+      case CollectiveKind::kAllReduce: run_all_reduce(desc); break;
+      case CollectiveKind::kBroadcast: run_broadcast(desc); break;
+      case CollectiveKind::kAllGather: run_all_gather(desc); break;
+    }
+  } catch (const Error& e) {
+    // A cross-process failure reaches one local rank first: stop the others waiting beside it.
+    rendezvous_->fail(e.code(), e.what());
+    throw;
   }
   // No rank leaves (and reuses its buffer) while another may still read it.
   rendezvous_->sync(rank_);
 }
 
 void CpuCommunicator::run_all_reduce(const CollectiveDesc& desc) {
-  const int ranks = world_size();
+  const int ranks = rendezvous_->world_size();
   const int64_t n = desc.count;
   auto chunk_begin = [&](int r) { return n * r / ranks; };
   for (int q = 0; q < ranks; ++q) sources_[static_cast<size_t>(q)] = static_cast<const float*>(rendezvous_->desc(q).data);
   float* mine = static_cast<float*>(desc.data);
   // Reduce-scatter: only rank r writes chunk r, and only into its own buffer.
-  reduce_chunk(sources_, mine, chunk_begin(rank_), chunk_begin(rank_ + 1), desc.op);
+  if (link_ == nullptr) {
+    reduce_chunk(sources_, mine, chunk_begin(rank_), chunk_begin(rank_ + 1), desc.op);
+  } else {
+    reduce_chunk_across(desc, chunk_begin(rank_), chunk_begin(rank_ + 1));
+  }
   rendezvous_->sync(rank_);
   // All-gather: chunk q of rank q is final; nobody writes it any more.
   for (int q = 0; q < ranks; ++q) {
@@ -194,16 +209,84 @@ void CpuCommunicator::run_all_reduce(const CollectiveDesc& desc) {
 }
 
 void CpuCommunicator::run_broadcast(const CollectiveDesc& desc) {
+  if (link_ != nullptr) return broadcast_across(desc);
   if (rank_ == desc.root) return;
   size_t bytes = static_cast<size_t>(desc.count) * dtype_size(desc.dtype);
   std::memcpy(desc.data, rendezvous_->desc(desc.root).data, bytes);
 }
 
 void CpuCommunicator::run_all_gather(const CollectiveDesc& desc) {
+  if (link_ != nullptr) return all_gather_across(desc);
   size_t bytes = static_cast<size_t>(desc.count) * dtype_size(desc.dtype);
   auto* out = static_cast<unsigned char*>(desc.out);
   for (int q = 0; q < world_size(); ++q) {
     std::memcpy(out + static_cast<size_t>(q) * bytes, rendezvous_->desc(q).data, bytes);
+  }
+}
+
+void CpuCommunicator::reduce_chunk_across(const CollectiveDesc& desc, int64_t lo, int64_t hi) {
+  const int local = rendezvous_->world_size();
+  const auto len = static_cast<size_t>(hi - lo);
+  float* mine = static_cast<float*>(desc.data) + lo;
+  const auto world = static_cast<float>(world_size());
+  if (!ordered_) {
+    // Sum inside the process, then a ring all-reduce over processes (Gloo's order), then scale.
+    reduce_chunk(sources_, static_cast<float*>(desc.data), lo, hi, ReduceOp::kSum);
+    link_->all_reduce_sum(rank_, mine, hi - lo);
+    if (desc.op == ReduceOp::kAverage) {
+      for (size_t i = 0; i < len; ++i) mine[i] /= world;
+    }
+    return;
+  }
+  // Every rank's chunk from every process, then one fold in global rank order: the same sums, bit
+  // for bit, as one process with all the ranks.
+  const size_t piece = len * sizeof(float) * static_cast<size_t>(local);
+  staging_.resize(piece * static_cast<size_t>(link_->size() + 1));
+  auto* in = reinterpret_cast<float*>(staging_.data());
+  for (int q = 0; q < local; ++q) std::memcpy(in + static_cast<size_t>(q) * len, sources_[static_cast<size_t>(q)] + lo, len * sizeof(float));
+  auto* all = reinterpret_cast<float*>(staging_.data() + piece);
+  link_->all_gather(rank_, in, all, piece);
+  gathered_.resize(static_cast<size_t>(world_size()));
+  for (size_t r = 0; r < gathered_.size(); ++r) gathered_[r] = all + r * len;
+  reduce_chunk(gathered_, mine, 0, hi - lo, desc.op);
+}
+
+void CpuCommunicator::broadcast_across(const CollectiveDesc& desc) {
+  const int local = rendezvous_->world_size();
+  const int root_process = desc.root / local, root_local = desc.root % local;
+  const size_t bytes = static_cast<size_t>(desc.count) * dtype_size(desc.dtype);
+  // Local rank 0 of every process takes part across processes; the root's own buffer is never written.
+  if (rank_ == 0) {
+    if (link_->rank() == root_process && root_local != 0) std::memcpy(desc.data, rendezvous_->desc(root_local).data, bytes);
+    link_->broadcast(0, desc.data, bytes, root_process);
+  }
+  rendezvous_->sync(rank_);
+  const bool is_root = link_->rank() == root_process && rank_ == root_local;
+  if (rank_ != 0 && !is_root) std::memcpy(desc.data, rendezvous_->desc(0).data, bytes);
+}
+
+void CpuCommunicator::all_gather_across(const CollectiveDesc& desc) {
+  const int local = rendezvous_->world_size();
+  const size_t bytes = static_cast<size_t>(desc.count) * dtype_size(desc.dtype);
+  if (rank_ == 0) {
+    staging_.resize(bytes * static_cast<size_t>(local));
+    for (int q = 0; q < local; ++q) std::memcpy(staging_.data() + static_cast<size_t>(q) * bytes, rendezvous_->desc(q).data, bytes);
+    link_->all_gather(0, staging_.data(), desc.out, bytes * static_cast<size_t>(local));
+  }
+  rendezvous_->sync(rank_);
+  if (rank_ != 0) std::memcpy(desc.out, rendezvous_->desc(0).out, bytes * static_cast<size_t>(world_size()));
+}
+
+CpuCommunicatorGroup::CpuCommunicatorGroup(int local_ranks, CommunicatorOptions options, ProcessLink& link,
+                                           bool ordered) {
+  TANDEM_CHECK(local_ranks >= 1, ErrorCode::kInvalidArgument, "a communicator group needs at least 1 rank, got {}",
+               local_ranks);
+  // The rendezvous admitted only processes of as many ranks: chunks and global ranks line up.
+  TANDEM_CHECK(link.local_replicas() == local_ranks, ErrorCode::kInvalidArgument,
+               "a group of {} local ranks on a process link of {} channels", local_ranks, link.local_replicas());
+  rendezvous_ = std::make_shared<detail::Rendezvous>(local_ranks, options.timeout);
+  for (int r = 0; r < local_ranks; ++r) {
+    ranks_.push_back(std::unique_ptr<CpuCommunicator>(new CpuCommunicator(r, rendezvous_, &link, ordered)));
   }
 }
 
@@ -214,7 +297,7 @@ CpuCommunicatorGroup::CpuCommunicatorGroup(int world_size, CommunicatorOptions o
                "the collective timeout must be positive, got {} ms", options.timeout.count());
   rendezvous_ = std::make_shared<detail::Rendezvous>(world_size, options.timeout);
   for (int r = 0; r < world_size; ++r) {
-    ranks_.push_back(std::unique_ptr<CpuCommunicator>(new CpuCommunicator(r, rendezvous_)));
+    ranks_.push_back(std::unique_ptr<CpuCommunicator>(new CpuCommunicator(r, rendezvous_, nullptr, false)));
   }
 }
 

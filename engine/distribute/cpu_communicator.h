@@ -1,6 +1,9 @@
-// The in-process Communicator of CPU replicas: R replica threads share one CpuCommunicatorGroup;
-// each gets its own CpuCommunicator, whose worker thread runs that rank's collectives in order,
-// reading the other ranks' buffers directly in shared memory. Sums run in rank order.
+// The Communicator of CPU replicas: R replica threads share one CpuCommunicatorGroup; each gets
+// its own CpuCommunicator, whose worker thread runs that rank's collectives in order, reading the
+// other ranks' buffers directly in shared memory. Sums run in rank order. With a ProcessLink the
+// group spans processes: reduce inside the process first, then across processes (each local rank
+// its own chunk, on its own Gloo channel), then share the result; ranks are global
+// (process rank x R + local rank).
 #pragma once
 
 #include <condition_variable>
@@ -17,6 +20,7 @@ namespace tandem::distribute {
 namespace detail {
 class Rendezvous;  // cpu_rendezvous.h, internal
 }
+class ProcessLink;  // process_link.h, internal
 
 class CpuCommunicatorGroup;
 
@@ -24,7 +28,7 @@ class CpuCommunicator final : public Communicator {
  public:
   ~CpuCommunicator() override;
 
-  int rank() const override { return rank_; }
+  int rank() const override { return base_rank_ + rank_; }
   int world_size() const override;
   Device device() const override { return Device::cpu(); }
 
@@ -46,16 +50,26 @@ class CpuCommunicator final : public Communicator {
   };
   static constexpr size_t kQueueCapacity = 256;
 
-  CpuCommunicator(int rank, std::shared_ptr<detail::Rendezvous> rendezvous);
+  CpuCommunicator(int rank, std::shared_ptr<detail::Rendezvous> rendezvous, ProcessLink* link, bool ordered);
   CollectiveHandle enqueue(detail::CollectiveDesc desc, const Tensor& x, const Tensor& out);
   void worker_loop();
   void run(const detail::CollectiveDesc& desc);
   void run_all_reduce(const detail::CollectiveDesc& desc);
   void run_broadcast(const detail::CollectiveDesc& desc);
   void run_all_gather(const detail::CollectiveDesc& desc);
+  // The cross-process phases (link_ set): this rank's chunk summed over processes, or gathered and
+  // summed in global rank order (ordered_); the broadcast and all-gather through local rank 0.
+  void reduce_chunk_across(const detail::CollectiveDesc& desc, int64_t lo, int64_t hi);
+  void broadcast_across(const detail::CollectiveDesc& desc);
+  void all_gather_across(const detail::CollectiveDesc& desc);
 
-  const int rank_;
+  const int rank_;  // local: the index among this process's ranks
   std::shared_ptr<detail::Rendezvous> rendezvous_;
+  ProcessLink* link_;      // null in a single process
+  const bool ordered_;     // sums in global rank order, bitwise equal to a single process's
+  int base_rank_ = 0;      // process rank x local ranks
+  std::vector<unsigned char> staging_;  // cross-process buffers, grown once to the largest size
+  std::vector<const float*> gathered_;  // ordered all_reduce: every global rank's chunk
   std::mutex mutex_;
   std::condition_variable changed_;
   std::vector<const float*> sources_;  // all_reduce: each rank's buffer, sized once
@@ -72,12 +86,17 @@ class CpuCommunicator final : public Communicator {
 class CpuCommunicatorGroup {
  public:
   explicit CpuCommunicatorGroup(int world_size, CommunicatorOptions options = {});
+  // local_ranks ranks in this process, spanning every process of `link` (which must outlive the
+  // group and have local_ranks channels); every process must have the same local_ranks. ordered:
+  // sums in global rank order (what deterministic: true asks), at the cost of gathering every
+  // rank's chunk instead of a ring all-reduce.
+  CpuCommunicatorGroup(int local_ranks, CommunicatorOptions options, ProcessLink& link, bool ordered);
   ~CpuCommunicatorGroup();
   CpuCommunicatorGroup(const CpuCommunicatorGroup&) = delete;
   CpuCommunicatorGroup& operator=(const CpuCommunicatorGroup&) = delete;
 
-  int world_size() const { return static_cast<int>(ranks_.size()); }
-  CpuCommunicator& communicator(int rank);
+  int world_size() const { return static_cast<int>(ranks_.size()); }  // in this process
+  CpuCommunicator& communicator(int rank);  // by local rank
   // Stops every rank (see Communicator::abort); for a failure outside any one replica.
   void abort(const std::string& reason) noexcept;
 

@@ -9,6 +9,7 @@ packages=(
   libprotobuf-dev protobuf-compiler
   libdnnl-dev libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev zlib1g-dev libisal-dev
   libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
+  libgloo-dev openmpi-bin
   dataset-fashion-mnist
   clang libomp-dev python3
 )

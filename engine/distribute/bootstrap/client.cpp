@@ -1,0 +1,80 @@
+// Joining the run and the store's requests, one at a time over one connection to process 0.
+#include "engine/distribute/bootstrap/client.h"
+
+#include <unistd.h>
+
+#include "engine/core/error.h"
+#include "engine/distribute/bootstrap/server.h"
+
+namespace tandem::distribute::bootstrap {
+
+Client::Client(const JoinOptions& o) : rank_(o.rank), timeout_(o.timeout) {
+  Hello self{.rank = static_cast<uint32_t>(o.rank), .size = static_cast<uint32_t>(o.size), .host = host_name(),
+             .pid = static_cast<uint32_t>(::getpid()),
+             .local_replicas = static_cast<uint32_t>(o.local_replicas), .identity = o.identity, .token_digest = token_digest(o.token)};
+  if (o.rank == 0) server_ = std::make_unique<Server>(o.address, o.port, self);
+  const auto deadline = Clock::now() + o.timeout;
+  socket_ = connect_to(o.address, o.port, deadline);
+  send_frame(socket_.fd(), encode(self));
+  std::string payload;
+  TANDEM_CHECK(recv_frame(socket_.fd(), &payload, deadline), ErrorCode::kUnavailable,
+               "the rendezvous at {}:{} closed the connection while process {} joined", o.address, o.port, o.rank);
+  FrameReader in(payload);
+  auto op = static_cast<Op>(in.u32());
+  TANDEM_CHECK(op != Op::kRefused, ErrorCode::kFailedPrecondition, "the rendezvous at {}:{} refused this process: {}",
+               o.address, o.port, in.str());
+  TANDEM_CHECK(op == Op::kWelcome, ErrorCode::kDataLoss, "the rendezvous at {}:{} answered {} to a join",
+               o.address, o.port, static_cast<uint32_t>(op));
+  hosts_.resize(in.u32());
+  for (std::string& h : hosts_) h = in.str();
+}
+
+Client::~Client() { goodbye(); }
+
+std::string Client::request(const std::string& payload, Op expect, const std::string& what) {
+  std::lock_guard lock(mutex_);
+  send_frame(socket_.fd(), payload);
+  std::string answer;
+  TANDEM_CHECK(recv_frame(socket_.fd(), &answer, Clock::now() + timeout_), ErrorCode::kUnavailable,
+               "process 0 ({}) closed the rendezvous connection during {}", hosts_.empty() ? "?" : hosts_[0], what);
+  FrameReader in(answer);
+  TANDEM_CHECK(static_cast<Op>(in.u32()) == expect, ErrorCode::kDataLoss, "the rendezvous answered {} oddly", what);
+  return expect == Op::kValue ? in.str() : std::string();
+}
+
+void Client::set(const std::string& key, const std::string& value) {
+  request(FrameWriter().u32(static_cast<uint32_t>(Op::kSet)).str(key).str(value).bytes(), Op::kAck,
+          "set '" + key + "'");
+}
+
+std::string Client::get(const std::string& key) {
+  try {
+    return request(FrameWriter().u32(static_cast<uint32_t>(Op::kGet)).str(key).bytes(), Op::kValue,
+                   "get '" + key + "'");
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kDeadlineExceeded) throw;
+    throw Error(e.code(), fmt::format("no process set '{}' within {} s at the rendezvous: a process is missing or "
+                                      "stalled during set-up",
+                                      key, timeout_.count() / 1000.0));
+  }
+}
+
+std::string Client::departed() {
+  try {
+    return request(FrameWriter().u32(static_cast<uint32_t>(Op::kDeparted)).bytes(), Op::kValue, "a status query");
+  } catch (const Error&) {
+    return fmt::format("process 0 on {}", hosts_.empty() ? "?" : hosts_[0]);
+  }
+}
+
+void Client::goodbye() noexcept {
+  std::lock_guard lock(mutex_);
+  if (bye_ || !socket_.valid()) return;
+  bye_ = true;
+  try {
+    send_frame(socket_.fd(), FrameWriter().u32(static_cast<uint32_t>(Op::kBye)).bytes());
+  } catch (const Error&) {
+  }
+}
+
+}  // namespace tandem::distribute::bootstrap

@@ -1,0 +1,65 @@
+// Every process's side of the rendezvous (process 0 also runs the Server): join the run, then a
+// key-value store for the collectives' bootstrap (Gloo's addresses, NCCL's unique id), and the
+// question "which process is gone?" that turns a broken connection into an error naming it.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/distribute/bootstrap/protocol.h"
+#include "engine/distribute/bootstrap/socket.h"
+
+namespace tandem::distribute::bootstrap {
+
+class Server;
+
+struct JoinOptions {
+  std::string address;  // the rendezvous: process 0 listens there
+  int port = 0;
+  int rank = 0;
+  int size = 1;
+  int local_replicas = 1;
+  ProcessIdentity identity;
+  std::string token;
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};  // to join, and for each get
+};
+
+class Client {
+ public:
+  // Joins (process 0 first starts the server); returns once every process has joined. Throws
+  // PermissionDenied-like FailedPrecondition with the server's reason when refused, or
+  // DeadlineExceeded when the others do not come in time.
+  explicit Client(const JoinOptions& options);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return static_cast<int>(hosts_.size()); }
+  const std::vector<std::string>& hosts() const { return hosts_; }  // by process rank
+
+  void set(const std::string& key, const std::string& value);
+  // Waits until some process has set key (up to the timeout).
+  std::string get(const std::string& key);
+  // The processes whose connection to process 0 closed without their goodbye, or process 0 itself
+  // when it cannot be reached: "" when none.
+  std::string departed();
+  // This process is done: its connection closing from now on is not a failure.
+  void goodbye() noexcept;
+
+ private:
+  std::string request(const std::string& payload, Op expect, const std::string& what);
+
+  int rank_;
+  std::chrono::milliseconds timeout_;
+  std::unique_ptr<Server> server_;  // process 0 only
+  Socket socket_;
+  std::mutex mutex_;  // one request at a time on the socket
+  std::vector<std::string> hosts_;
+  bool bye_ = false;
+};
+
+}  // namespace tandem::distribute::bootstrap

@@ -1,0 +1,153 @@
+// ProcessLink on Gloo: a TCP device on the interface that routes toward process 0, and one
+// gloo::rendezvous::Context per channel, all bootstrapped through Tandem's rendezvous store.
+#include "engine/distribute/process_link.h"
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+#include <spdlog/spdlog.h>
+
+#include "engine/core/error.h"
+#include "engine/distribute/bootstrap/client.h"
+
+namespace tandem::distribute {
+namespace {
+
+// Gloo's store interface over the rendezvous client.
+class StoreAdapter final : public gloo::rendezvous::Store {
+ public:
+  explicit StoreAdapter(bootstrap::Client& client) : client_(client) {}
+  void set(const std::string& key, const std::vector<char>& data) override {
+    client_.set(key, std::string(data.begin(), data.end()));
+  }
+  std::vector<char> get(const std::string& key) override {
+    std::string v = client_.get(key);
+    return {v.begin(), v.end()};
+  }
+  void wait(const std::vector<std::string>& keys) override {
+    for (const std::string& k : keys) client_.get(k);
+  }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds&) override { wait(keys); }
+
+ private:
+  bootstrap::Client& client_;
+};
+
+}  // namespace
+
+struct ProcessLink::Impl {
+  ProcessLinkOptions options;
+  std::unique_ptr<bootstrap::Client> client;
+  std::shared_ptr<gloo::transport::Device> device;
+  std::vector<std::shared_ptr<gloo::rendezvous::Context>> contexts;
+
+  gloo::rendezvous::Context& context(int channel) {
+    TANDEM_CHECK(channel >= 0 && channel < static_cast<int>(contexts.size()), ErrorCode::kOutOfRange,
+                 "process link channel {} of {}", channel, contexts.size());
+    return *contexts[static_cast<size_t>(channel)];
+  }
+  std::shared_ptr<gloo::Context> shared(int channel) {
+    context(channel);
+    return contexts[static_cast<size_t>(channel)];
+  }
+  // Runs a Gloo collective, turning its exceptions into Errors that say which process failed.
+  template <typename F>
+  void run(const char* what, F&& f, ProcessLink& link) {
+    try {
+      f();
+    } catch (const gloo::Exception& e) {
+      throw Error(ErrorCode::kUnavailable,
+                  fmt::format("{} across processes failed on process {}: {}; {}", what, options.spec.rank, e.what(),
+                              link.diagnose()));
+    }
+  }
+};
+
+ProcessLink::ProcessLink(const ProcessLinkOptions& o) : impl_(std::make_unique<Impl>()) {
+  impl_->options = o;
+  bootstrap::JoinOptions join{.address = o.spec.address, .port = o.spec.port, .rank = o.spec.rank,
+                              .size = o.spec.size, .local_replicas = o.local_replicas, .identity = o.identity, .token = o.spec.token, .timeout = o.timeout};
+  impl_->client = std::make_unique<bootstrap::Client>(join);
+  gloo::transport::tcp::attr attr;
+  attr.hostname = bootstrap::local_address_toward(o.spec.address, o.spec.port);
+  try {
+    impl_->device = gloo::transport::tcp::CreateDevice(attr);
+    StoreAdapter store(*impl_->client);
+    for (int c = 0; c < o.local_replicas; ++c) {
+      gloo::rendezvous::PrefixStore prefixed("channel-" + std::to_string(c), store);
+      auto ctx = std::make_shared<gloo::rendezvous::Context>(o.spec.rank, o.spec.size);
+      ctx->setTimeout(o.timeout);
+      ctx->connectFullMesh(prefixed, impl_->device);
+      impl_->contexts.push_back(std::move(ctx));
+    }
+  } catch (const gloo::Exception& e) {
+    throw Error(ErrorCode::kUnavailable, fmt::format("connecting the {} processes over Gloo (this one on {}) failed: "
+                                                     "{}; {}",
+                                                     o.spec.size, attr.hostname, e.what(), diagnose()));
+  }
+}
+
+ProcessLink::~ProcessLink() { goodbye(); }
+
+bool ProcessLink::available() { return true; }
+int ProcessLink::rank() const { return impl_->options.spec.rank; }
+int ProcessLink::size() const { return impl_->options.spec.size; }
+int ProcessLink::local_replicas() const { return impl_->options.local_replicas; }
+const std::vector<std::string>& ProcessLink::hosts() const { return impl_->client->hosts(); }
+bootstrap::Client& ProcessLink::rendezvous() { return *impl_->client; }
+
+void ProcessLink::all_reduce_sum(int channel, float* data, int64_t count) {
+  if (count == 0) return;
+  impl_->run("all_reduce", [&] {
+    gloo::AllreduceOptions opts(impl_->shared(channel));
+    opts.setOutput(data, static_cast<size_t>(count));
+    opts.setReduceFunction([](void* c, const void* a, const void* b, size_t n) { gloo::sum<float>(c, a, b, n); });
+    opts.setTimeout(impl_->options.timeout);
+    gloo::allreduce(opts);
+  }, *this);
+}
+
+void ProcessLink::all_gather(int channel, const void* in, void* out, size_t bytes) {
+  if (bytes == 0) return;
+  impl_->run("all_gather", [&] {
+    gloo::AllgatherOptions opts(impl_->shared(channel));
+    opts.setInput(static_cast<uint8_t*>(const_cast<void*>(in)), bytes);
+    opts.setOutput(static_cast<uint8_t*>(out), bytes * static_cast<size_t>(size()));
+    opts.setTimeout(impl_->options.timeout);
+    gloo::allgather(opts);
+  }, *this);
+}
+
+void ProcessLink::broadcast(int channel, void* data, size_t bytes, int root) {
+  if (bytes == 0) return;
+  impl_->run("broadcast", [&] {
+    gloo::BroadcastOptions opts(impl_->shared(channel));
+    opts.setOutput(static_cast<uint8_t*>(data), bytes);
+    opts.setRoot(root);
+    opts.setTimeout(impl_->options.timeout);
+    gloo::broadcast(opts);
+  }, *this);
+}
+
+std::string ProcessLink::diagnose() {
+  std::string gone = impl_->client->departed();
+  if (gone.empty()) {
+    return fmt::format("every process is still connected to the rendezvous, so one is stalled or failed before "
+                       "this collective (distribute.watchdog_timeout_s is {} s); its own log names the cause",
+                       impl_->options.timeout.count() / 1000.0);
+  }
+  int l = impl_->options.local_replicas;
+  return fmt::format("gone: {} (process p holds replicas p*{} to p*{}+{})", gone, l, l, l - 1);
+}
+
+void ProcessLink::goodbye() noexcept {
+  if (impl_ && impl_->client) impl_->client->goodbye();
+}
+
+}  // namespace tandem::distribute

@@ -1,0 +1,234 @@
+// Processes joined by the rendezvous and Gloo over TCP on 127.0.0.1. Each "process" here is a
+// thread with its own rendezvous client, Gloo contexts and communicator group (the real
+// multi-process runs are in tests/tools): who may join, what a departed process looks like, and
+// cross-process collectives against one process holding every rank, bit for bit where ordered.
+#include <gtest/gtest.h>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "engine/core/random.h"
+#include "engine/distribute/bootstrap/client.h"
+#include "engine/distribute/cpu_communicator.h"
+#include "engine/distribute/process_link.h"
+#include "tests/distribute/distribute_test_util.h"
+
+namespace tandem::distribute {
+namespace {
+
+using testing::caught;
+using testing::expect_no_errors;
+using testing::run_ranks;
+
+// A port nobody listens on now (the kernel's choice for port 0).
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+bootstrap::JoinOptions join(int port, int rank, int size, std::string config = "cfg", std::string token = "") {
+  return {.address = "127.0.0.1", .port = port, .rank = rank, .size = size,
+          .identity = {.config_hash = std::move(config), .version = "1", .run_id = ""}, .token = std::move(token),
+          .timeout = std::chrono::seconds(20)};
+}
+
+TEST(Rendezvous, ProcessesJoinShareValuesAndKnowEachOthersHosts) {
+  const int port = free_port();
+  std::vector<std::string> got(3);
+  expect_no_errors(run_ranks(3, [&](int r) {
+    bootstrap::Client c(join(port, r, 3));
+    EXPECT_EQ(c.size(), 3);
+    EXPECT_EQ(c.hosts()[static_cast<size_t>(r)], bootstrap::host_name());
+    c.set("key-" + std::to_string(r), "value " + std::to_string(r));
+    got[static_cast<size_t>(r)] = c.get("key-" + std::to_string((r + 1) % 3));
+    EXPECT_EQ(c.departed(), "");
+    // Process 0's server ends with it: it leaves last, once everyone has had its answers.
+    c.set("done-" + std::to_string(r), "");
+    if (r == 0) {
+      for (int q = 1; q < 3; ++q) c.get("done-" + std::to_string(q));
+    }
+  }));
+  EXPECT_EQ(got, (std::vector<std::string>{"value 1", "value 2", "value 0"}));
+}
+
+TEST(Rendezvous, AnotherConfigOrAWrongTokenIsRefusedAndTheRunGoesOn) {
+  const int port = free_port();
+  std::vector<std::string> refusals;
+  expect_no_errors(run_ranks(2, [&](int r) {
+    if (r == 1) {
+      // Strays first: another config, then the right config without the token.
+      for (auto stray : {join(port, 1, 2, "other-cfg", "tok"), join(port, 1, 2, "cfg", "")}) {
+        try {
+          bootstrap::Client c(stray);
+          ADD_FAILURE() << "a stray process joined";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), ErrorCode::kFailedPrecondition);
+          refusals.push_back(e.what());
+        }
+      }
+    }
+    bootstrap::Client c(join(port, r, 2, "cfg", "tok"));
+    EXPECT_EQ(c.size(), 2);
+  }));
+  ASSERT_EQ(refusals.size(), 2u);
+  EXPECT_NE(refusals[0].find("the config differs"), std::string::npos) << refusals[0];
+  EXPECT_NE(refusals[0].find("config other-cfg"), std::string::npos) << refusals[0];
+  EXPECT_NE(refusals[0].find("process 0 on"), std::string::npos) << refusals[0];
+  EXPECT_NE(refusals[1].find("the token differs"), std::string::npos) << refusals[1];
+  EXPECT_EQ(refusals[1].find("tok"), refusals[1].find("token"));  // the token itself is never shown
+}
+
+TEST(Rendezvous, AProcessWhoseConnectionDropsWithoutGoodbyeIsNamed) {
+  const int port = free_port();
+  std::string seen;
+  expect_no_errors(run_ranks(2, [&](int r) {
+    bootstrap::Client c(join(port, r, 2));
+    if (r == 1) {
+      c.set("joined", "1");
+      return;  // goodbye on destruction: not a departure
+    }
+    c.get("joined");
+    EXPECT_EQ(c.departed(), "");
+  }));
+  // Now one that vanishes: its socket closes without kBye.
+  const int port2 = free_port();
+  expect_no_errors(run_ranks(2, [&](int r) {
+    if (r == 0) {
+      bootstrap::Client c(join(port2, 0, 2));
+      c.get("gone");
+      for (int i = 0; i < 200 && seen.empty(); ++i) {
+        seen = c.departed();
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      return;
+    }
+    bootstrap::Socket s = bootstrap::connect_to("127.0.0.1", port2, bootstrap::Clock::now() + std::chrono::seconds(20));
+    bootstrap::Hello h{.rank = 1, .size = 2, .host = "host-b", .pid = 4242, .identity = {"cfg", "1", ""}};
+    bootstrap::send_frame(s.fd(), bootstrap::encode(h));
+    std::string welcome;
+    ASSERT_TRUE(bootstrap::recv_frame(s.fd(), &welcome, bootstrap::Clock::now() + std::chrono::seconds(20)));
+    bootstrap::send_frame(s.fd(), bootstrap::FrameWriter().u32(2).str("gone").str("").bytes());  // set
+  }));
+  EXPECT_EQ(seen, "process 1 on host-b (pid 4242)");
+}
+
+std::vector<float> values(int rank, int64_t n) {
+  Generator g(500 + static_cast<uint64_t>(rank));
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = g.normal() * 100.0f;
+  return v;
+}
+
+struct Results {
+  std::vector<std::vector<float>> reduced, averaged, broadcast, gathered;
+};
+
+// The collectives of `world` ranks: P processes of L ranks each (link), or one process of all.
+Results run_collectives(int processes, int local, bool ordered, int64_t n) {
+  const int world = processes * local;
+  Results out;
+  out.reduced.resize(static_cast<size_t>(world));
+  out.averaged = out.broadcast = out.gathered = out.reduced;
+  auto body = [&](CpuCommunicatorGroup& group, int base) {
+    expect_no_errors(run_ranks(local, [&](int l) {
+      CpuCommunicator& c = group.communicator(l);
+      const int g = base + l;
+      EXPECT_EQ(c.rank(), g);
+      EXPECT_EQ(c.world_size(), world);
+      Tensor x = Tensor::from_vector(values(g, n), Shape{n});
+      c.all_reduce(x, ReduceOp::kSum);
+      out.reduced[static_cast<size_t>(g)] = x.to_vector();
+      Tensor y = Tensor::from_vector(values(g, n), Shape{n});
+      c.all_reduce(y, ReduceOp::kAverage);
+      out.averaged[static_cast<size_t>(g)] = y.to_vector();
+      Tensor b = Tensor::from_vector(values(g, 7), Shape{7});
+      c.broadcast(b, world - 1);
+      out.broadcast[static_cast<size_t>(g)] = b.to_vector();
+      Tensor all = Tensor::zeros({world * 3}, DType::kF32);
+      c.all_gather(Tensor::from_vector(values(g, 3), Shape{3}), all);
+      out.gathered[static_cast<size_t>(g)] = all.to_vector();
+    }));
+  };
+  if (processes == 1) {
+    CpuCommunicatorGroup group(world, CommunicatorOptions{std::chrono::seconds(20)});
+    body(group, 0);
+    return out;
+  }
+  const int port = free_port();
+  expect_no_errors(run_ranks(processes, [&](int p) {
+    ProcessLinkOptions o;
+    o.spec = {.rank = p, .size = processes, .address = "127.0.0.1", .port = port, .source = "test"};
+    o.identity = {"cfg", "1", ""};
+    o.local_replicas = local;
+    o.timeout = std::chrono::seconds(20);
+    ProcessLink link(o);
+    CpuCommunicatorGroup group(local, CommunicatorOptions{std::chrono::seconds(20)}, link, ordered);
+    body(group, p * local);
+  }));
+  return out;
+}
+
+TEST(ProcessLink, TwoProcessesOfOneRankEqualOneProcessOfTwoBitForBit) {
+  if (!ProcessLink::available()) GTEST_SKIP() << "this build has no Gloo (apt-get install libgloo-dev)";
+  for (bool ordered : {false, true}) {
+    Results one = run_collectives(1, 2, false, 1001);
+    Results two = run_collectives(2, 1, ordered, 1001);
+    EXPECT_EQ(two.reduced, one.reduced) << "ordered " << ordered;
+    EXPECT_EQ(two.averaged, one.averaged);
+    EXPECT_EQ(two.broadcast, one.broadcast);
+    EXPECT_EQ(two.gathered, one.gathered);
+  }
+}
+
+TEST(ProcessLink, TwoProcessesOfTwoRanksEqualOneProcessOfFourOrderedAndCloseOtherwise) {
+  if (!ProcessLink::available()) GTEST_SKIP() << "this build has no Gloo (apt-get install libgloo-dev)";
+  Results one = run_collectives(1, 4, false, 3001);
+  Results ordered = run_collectives(2, 2, true, 3001);
+  EXPECT_EQ(ordered.reduced, one.reduced);
+  EXPECT_EQ(ordered.averaged, one.averaged);
+  EXPECT_EQ(ordered.broadcast, one.broadcast);
+  EXPECT_EQ(ordered.gathered, one.gathered);
+  Results ring = run_collectives(2, 2, false, 3001);
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(ring.reduced[static_cast<size_t>(r)], ring.reduced[0]) << "every rank holds the same bits";
+    for (size_t i = 0; i < ring.reduced[0].size(); ++i) {
+      ASSERT_NEAR(ring.reduced[static_cast<size_t>(r)][i], one.reduced[0][i], 1e-3f) << i;
+    }
+  }
+  EXPECT_EQ(ring.broadcast, one.broadcast);
+  EXPECT_EQ(ring.gathered, one.gathered);
+}
+
+TEST(Rendezvous, AProcessWithAnotherReplicaCountIsRefused) {
+  const int port = free_port();
+  std::string refused;
+  expect_no_errors(run_ranks(2, [&](int r) {
+    if (r == 1) {
+      auto three = join(port, 1, 2);
+      three.local_replicas = 3;
+      try {
+        bootstrap::Client c(three);
+      } catch (const Error& e) {
+        refused = e.what();
+      }
+    }
+    bootstrap::Client c(join(port, r, 2));
+  }));
+  EXPECT_NE(refused.find("every process must run as many replicas"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("3 replica(s)"), std::string::npos) << refused;
+}
+
+}  // namespace
+}  // namespace tandem::distribute
