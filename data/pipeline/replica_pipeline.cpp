@@ -117,19 +117,30 @@ Dataset build_replica_dataset(const PipelineConfig& config, const ShardPlan& pla
       .prefetch(config.prefetch);
 }
 
-ReplicaPipelines build_replica_pipelines(const PipelineConfig& config, int num_replicas) {
+ReplicaPipelines build_replica_pipelines(const PipelineConfig& config, int num_replicas, int first_replica,
+                                         int local_replicas, bool log_plan) {
+  if (local_replicas < 0) local_replicas = num_replicas - first_replica;
+  TANDEM_CHECK(first_replica >= 0 && local_replicas >= 1 && first_replica + local_replicas <= num_replicas,
+               ErrorCode::kInvalidArgument, "replicas {} to {} of {}", first_replica,
+               first_replica + local_replicas - 1, num_replicas);
   std::vector<std::string> files = resolve_files(config.files);
   ReplicaPipelines out;
   out.plan = plan_shards(describe_files(files, config.count_records), num_replicas, config.shard_policy);
-  for (const std::string& line : out.plan.describe()) spdlog::info("{}", line);
+  if (log_plan) {
+    for (const std::string& line : out.plan.describe()) spdlog::info("{}", line);
+  }
   int cores = config.cpu_threads > 0 ? config.cpu_threads : available_cores();
-  out.budget.cpu_threads = std::max(1, cores / num_replicas);
+  out.budget.cpu_threads = std::max(1, cores / local_replicas);
   // Four queues per replica hold most of the bytes: read-ahead, map results, batches, prefetch.
-  out.budget.queue_bytes = std::max<size_t>(memory_budget_bytes(config) / static_cast<size_t>(num_replicas) / 4,
+  out.budget.queue_bytes = std::max<size_t>(memory_budget_bytes(config) / static_cast<size_t>(local_replicas) / 4,
                                             size_t{1} << 20);
-  spdlog::info("input budget per replica: {} loader threads, {} MiB per queue", out.budget.cpu_threads,
-               out.budget.queue_bytes >> 20);
-  for (int r = 0; r < num_replicas; ++r) out.datasets.push_back(build_replica_dataset(config, out.plan, r));
+  if (log_plan) {
+    spdlog::info("input budget per replica: {} loader threads, {} MiB per queue", out.budget.cpu_threads,
+                 out.budget.queue_bytes >> 20);
+  }
+  for (int r = first_replica; r < first_replica + local_replicas; ++r) {
+    out.datasets.push_back(build_replica_dataset(config, out.plan, r));
+  }
   return out;
 }
 

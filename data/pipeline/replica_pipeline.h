@@ -12,15 +12,19 @@
 namespace tandem::data {
 
 struct ReplicaPipelines {
-  ShardPlan plan;
-  std::vector<Dataset> datasets;  // one per replica, yielding {image[N,...], label[N]} batches
-  PipelineBudget budget;          // each replica's share of the CPU and memory budgets
+  ShardPlan plan;                 // over every replica of every process
+  std::vector<Dataset> datasets;  // one per replica of this process, yielding {image[N,...], label[N]} batches
+  PipelineBudget budget;          // each of this process's replicas' share of its CPU and memory budgets
 };
 
 // The files the config's patterns match, sorted, without duplicates; kNotFound when none.
 std::vector<std::string> resolve_files(const std::vector<std::string>& patterns);
 
-ReplicaPipelines build_replica_pipelines(const PipelineConfig& config, int num_replicas);
+// The shards of num_replicas replicas (every process's), and the pipelines of this process's
+// local_replicas of them, from first_replica on (the global replica index). log_plan: the shard
+// plan to the log (process 0 only).
+ReplicaPipelines build_replica_pipelines(const PipelineConfig& config, int num_replicas, int first_replica = 0,
+                                         int local_replicas = -1, bool log_plan = true);
 
 // One replica's pipeline for a given shard (exposed for tests).
 Dataset build_replica_dataset(const PipelineConfig& config, const ShardPlan& plan, int replica);

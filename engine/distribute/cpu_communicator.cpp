@@ -172,16 +172,10 @@ void CpuCommunicator::abort(const std::string& reason) noexcept {
 
 void CpuCommunicator::run(const CollectiveDesc& desc) {
   rendezvous_->arrive(rank_, desc);
-  try {
-    switch (desc.kind) {
-      case CollectiveKind::kAllReduce: run_all_reduce(desc); break;
-      case CollectiveKind::kBroadcast: run_broadcast(desc); break;
-      case CollectiveKind::kAllGather: run_all_gather(desc); break;
-    }
-  } catch (const Error& e) {
-    // A cross-process failure reaches one local rank first: stop the others waiting beside it.
-    rendezvous_->fail(e.code(), e.what());
-    throw;
+  switch (desc.kind) {
+    case CollectiveKind::kAllReduce: run_all_reduce(desc); break;
+    case CollectiveKind::kBroadcast: run_broadcast(desc); break;
+    case CollectiveKind::kAllGather: run_all_gather(desc); break;
   }
   // No rank leaves (and reuses its buffer) while another may still read it.
   rendezvous_->sync(rank_);
@@ -224,6 +218,18 @@ void CpuCommunicator::run_all_gather(const CollectiveDesc& desc) {
   }
 }
 
+template <typename F>
+void CpuCommunicator::across(const CollectiveDesc& desc, F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    // It reaches one local rank first: stop the others, which may wait for it at the rendezvous.
+    const std::string message = fmt::format("replica {}, {}: {}", rank(), detail::describe(desc), e.what());
+    rendezvous_->fail(e.code(), message);
+    throw Error(e.code(), message);
+  }
+}
+
 void CpuCommunicator::reduce_chunk_across(const CollectiveDesc& desc, int64_t lo, int64_t hi) {
   const int local = rendezvous_->world_size();
   const auto len = static_cast<size_t>(hi - lo);
@@ -232,7 +238,7 @@ void CpuCommunicator::reduce_chunk_across(const CollectiveDesc& desc, int64_t lo
   if (!ordered_) {
     // Sum inside the process, then a ring all-reduce over processes (Gloo's order), then scale.
     reduce_chunk(sources_, static_cast<float*>(desc.data), lo, hi, ReduceOp::kSum);
-    link_->all_reduce_sum(rank_, mine, hi - lo);
+    across(desc, [&] { link_->all_reduce_sum(rank_, mine, hi - lo); });
     if (desc.op == ReduceOp::kAverage) {
       for (size_t i = 0; i < len; ++i) mine[i] /= world;
     }
@@ -245,7 +251,7 @@ void CpuCommunicator::reduce_chunk_across(const CollectiveDesc& desc, int64_t lo
   auto* in = reinterpret_cast<float*>(staging_.data());
   for (int q = 0; q < local; ++q) std::memcpy(in + static_cast<size_t>(q) * len, sources_[static_cast<size_t>(q)] + lo, len * sizeof(float));
   auto* all = reinterpret_cast<float*>(staging_.data() + piece);
-  link_->all_gather(rank_, in, all, piece);
+  across(desc, [&] { link_->all_gather(rank_, in, all, piece); });
   gathered_.resize(static_cast<size_t>(world_size()));
   for (size_t r = 0; r < gathered_.size(); ++r) gathered_[r] = all + r * len;
   reduce_chunk(gathered_, mine, 0, hi - lo, desc.op);
@@ -258,7 +264,7 @@ void CpuCommunicator::broadcast_across(const CollectiveDesc& desc) {
   // Local rank 0 of every process takes part across processes; the root's own buffer is never written.
   if (rank_ == 0) {
     if (link_->rank() == root_process && root_local != 0) std::memcpy(desc.data, rendezvous_->desc(root_local).data, bytes);
-    link_->broadcast(0, desc.data, bytes, root_process);
+    across(desc, [&] { link_->broadcast(0, desc.data, bytes, root_process); });
   }
   rendezvous_->sync(rank_);
   const bool is_root = link_->rank() == root_process && rank_ == root_local;
@@ -271,7 +277,7 @@ void CpuCommunicator::all_gather_across(const CollectiveDesc& desc) {
   if (rank_ == 0) {
     staging_.resize(bytes * static_cast<size_t>(local));
     for (int q = 0; q < local; ++q) std::memcpy(staging_.data() + static_cast<size_t>(q) * bytes, rendezvous_->desc(q).data, bytes);
-    link_->all_gather(0, staging_.data(), desc.out, bytes * static_cast<size_t>(local));
+    across(desc, [&] { link_->all_gather(0, staging_.data(), desc.out, bytes * static_cast<size_t>(local)); });
   }
   rendezvous_->sync(rank_);
   if (rank_ != 0) std::memcpy(desc.out, rendezvous_->desc(0).out, bytes * static_cast<size_t>(world_size()));

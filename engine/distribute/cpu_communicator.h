@@ -62,6 +62,9 @@ class CpuCommunicator final : public Communicator {
   void reduce_chunk_across(const detail::CollectiveDesc& desc, int64_t lo, int64_t hi);
   void broadcast_across(const detail::CollectiveDesc& desc);
   void all_gather_across(const detail::CollectiveDesc& desc);
+  // Runs a cross-process call; its failure stops the local ranks too and names the collective.
+  template <typename F>
+  void across(const detail::CollectiveDesc& desc, F&& f);
 
   const int rank_;  // local: the index among this process's ranks
   std::shared_ptr<detail::Rendezvous> rendezvous_;

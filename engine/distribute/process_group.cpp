@@ -119,6 +119,15 @@ ProcessGroupSpec resolve_process_group(const ProcessGroupRequest& request, const
   return spec;
 }
 
+std::string config_digest(std::string_view text) {
+  uint64_t h = 1469598103934665603ull;
+  for (char c : text) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ull;
+  }
+  return fmt::format("{:016x}", h);
+}
+
 std::string first_slurm_host(const std::string& nodelist) {
   // The first entry ends at a comma outside brackets; a bracket range keeps its first number.
   std::string host;

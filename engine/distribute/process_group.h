@@ -8,6 +8,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace tandem::distribute {
 
@@ -45,6 +46,9 @@ inline constexpr int kDefaultRendezvousPort = 29500;
 // Throws InvalidArgument naming the variable or key when a rank is out of range, a count is not a
 // number, or a multi-process run has no rendezvous address.
 ProcessGroupSpec resolve_process_group(const ProcessGroupRequest& request, const EnvLookup& env);
+
+// A 64-bit FNV-1a digest of a text, as 16 hex digits: what processes compare of their configs.
+std::string config_digest(std::string_view text);
 
 // The first host of a Slurm node list: "node[03-05,7],gpu1" -> "node03".
 std::string first_slurm_host(const std::string& nodelist);

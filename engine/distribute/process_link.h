@@ -54,8 +54,11 @@ class ProcessLink {
 
   // "process 1 on host-b (pid 42, replicas 2-3) is gone", or that none is and one may be stalled.
   std::string diagnose();
-  // This process is done: the others will not read its leaving as a failure.
+  // This process is done: the others will not read its leaving as a failure. A link destroyed
+  // without it (or report_failure) counts as a process that left without a word.
   void goodbye() noexcept;
+  // This process failed: the others' errors quote the reason.
+  void report_failure(const std::string& reason) noexcept;
 
   struct Impl;
 

@@ -94,8 +94,11 @@ std::string ReplicaPlan::describe() const {
   std::string where = devices.front().is_cpu()
                           ? fmt::format("cpu ({} thread{} each)", threads_per_replica, threads_per_replica == 1 ? "" : "s")
                           : fmt::format("{}", fmt::join(names, ", "));
-  return fmt::format("{} replica{} on {}, per-replica batch {}, global batch {}", replicas(),
-                     replicas() == 1 ? "" : "s", where, per_replica_batch_size, global_batch_size);
+  std::string count = processes == 1 ? fmt::format("{} replica{}", replicas(), replicas() == 1 ? "" : "s")
+                                     : fmt::format("{} replicas ({} processes x {})", replicas(), processes,
+                                                   local_replicas());
+  return fmt::format("{} on {}, per-replica batch {}, global batch {}", count, where, per_replica_batch_size,
+                     global_batch_size);
 }
 
 ReplicaPlan plan_replicas(const ReplicaPlanRequest& r) {
@@ -115,8 +118,12 @@ ReplicaPlan plan_replicas(const ReplicaPlanRequest& r) {
   TANDEM_CHECK(!plan.devices.empty(), ErrorCode::kInvalidArgument, "devices: '{}' selects no device", r.devices);
   TANDEM_CHECK(plan.replicas() <= 64, ErrorCode::kInvalidArgument, "devices: {} replicas is more than 64",
                plan.replicas());
+  TANDEM_CHECK(r.processes >= 1 && r.process_rank >= 0 && r.process_rank < r.processes, ErrorCode::kInvalidArgument,
+               "process rank {} of {} processes", r.process_rank, r.processes);
+  plan.processes = r.processes;
+  plan.process_rank = r.process_rank;
   int cores = r.cores > 0 ? r.cores : available_cores();
-  plan.threads_per_replica = want_gpu ? 1 : std::max(1, cores / plan.replicas());
+  plan.threads_per_replica = want_gpu ? 1 : std::max(1, cores / plan.local_replicas());
   plan_batch(plan, r);
   return plan;
 }

@@ -124,6 +124,12 @@ Keys distribute_keys(DistributeConfig& d) {
       {"bucket_cap_mb", [&](auto& n, auto& p) { d.bucket_cap_mb = as_number(n, p, 0.001, 4096.0); }},
       {"watchdog_timeout_s", [&](auto& n, auto& p) { d.watchdog_timeout_s = as_number(n, p, 0.1, 86400.0); }},
       {"checksum_every_steps", [&](auto& n, auto& p) { d.checksum_every_steps = as_int(n, p, 0); }},
+      {"processes", [&](auto& n, auto& p) { d.processes = as_int(n, p, 0); }},
+      {"process_rank", [&](auto& n, auto& p) { d.process_rank = as_int(n, p, 0); }},
+      {"address", [&](auto& n, auto& p) { d.address = as_string(n, p); }},
+      {"port", [&](auto& n, auto& p) { d.port = as_int(n, p, 0); }},
+      {"token", [&](auto& n, auto& p) { d.token = as_string(n, p); }},
+      {"run_id", [&](auto& n, auto& p) { d.run_id = as_string(n, p); }},
   };
 }
 
@@ -186,6 +192,12 @@ distribute::ReplicaPlanRequest plan_request(const TrainConfig& c) {
   request.global_batch_size = c.loop.global_batch_size;
   request.per_replica_batch_size = c.loop.per_replica_batch_size;
   return request;
+}
+
+distribute::ProcessGroupRequest process_group_request(const TrainConfig& c) {
+  const DistributeConfig& d = c.distribute;
+  return {.processes = static_cast<int>(d.processes), .process_rank = static_cast<int>(d.process_rank),
+          .address = d.address, .port = static_cast<int>(d.port), .token = d.token, .run_id = d.run_id};
 }
 
 }  // namespace tandem::train

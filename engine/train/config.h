@@ -9,6 +9,7 @@
 
 #include "engine/core/context.h"
 #include "engine/core/yaml_walk.h"
+#include "engine/distribute/process_group.h"
 #include "engine/distribute/replica_plan.h"
 #include "engine/optim/optimizer.h"
 #include "engine/optim/schedule.h"
@@ -55,6 +56,14 @@ struct DistributeConfig {
   double bucket_cap_mb = 25.0;
   double watchdog_timeout_s = 300.0;
   int64_t checksum_every_steps = 100;
+  // Several processes (one per node): usually from the launcher (mpirun, srun, torchrun-style
+  // RANK/WORLD_SIZE/MASTER_ADDR/MASTER_PORT); these keys are the fallback. docs/DISTRIBUTE.md.
+  int64_t processes = 0;            // 0: from the launcher, else 1
+  int64_t process_rank = -1;
+  std::string address;              // the rendezvous (process 0's host)
+  int64_t port = 0;                 // 0: MASTER_PORT, else 29500
+  std::string token;                // a shared secret every process must present (or TANDEM_DIST_TOKEN)
+  std::string run_id;               // processes with different run ids never train together
 };
 
 struct OutputConfig {
@@ -98,5 +107,8 @@ KernelOptions kernel_options(const TrainConfig& config);
 // The replica-plan request of the device and batch keys; how many GPUs are usable, and why not,
 // is for the caller to add (the trainer asks the doctor).
 distribute::ReplicaPlanRequest plan_request(const TrainConfig& config);
+
+// The distribute.* keys of a multi-process run, for distribute::resolve_process_group.
+distribute::ProcessGroupRequest process_group_request(const TrainConfig& config);
 
 }  // namespace tandem::train

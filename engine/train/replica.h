@@ -14,6 +14,7 @@
 #include "engine/distribute/cpu_communicator.h"
 #include "engine/distribute/gradient_bucketer.h"
 #include "engine/distribute/nccl_communicator.h"
+#include "engine/distribute/process_link.h"
 #include "engine/optim/optimizer.h"
 #include "engine/optim/schedule.h"
 #include "engine/train/checkpoint/checkpoint.h"
@@ -26,6 +27,9 @@ struct Trainer::Shared {
   explicit Shared(TrainerSetup s) : setup(std::move(s)) {}
 
   TrainerSetup setup;
+  // The other processes of a multi-process run (null in a single process); declared before the
+  // communicators, which use it until they are destroyed.
+  std::shared_ptr<distribute::ProcessLink> link;
   // Host-side collectives among the replica threads (per-step votes, counters, metric sums): cheap,
   // and no device synchronisation. On CPU replicas they carry the gradients too.
   std::unique_ptr<distribute::CpuCommunicatorGroup> group;
@@ -40,7 +44,7 @@ struct Trainer::Shared {
   std::unique_ptr<optim::LrSchedule> schedule;
   std::unique_ptr<CheckpointManager> checkpoints;
   std::optional<CheckpointMeta> resume;  // what a resumed run starts from
-  std::vector<ReplicaState> positions;   // each replica writes its own before a checkpoint
+  std::vector<ReplicaState> positions;   // by local replica: each writes its own before a checkpoint
   TrainerControl control;  // the callbacks' requests: read and written by replica 0 only
   RunSummary summary;  // written by replica 0
   std::mutex error_mutex;
@@ -114,13 +118,19 @@ class ReplicaLoop {
                   std::optional<uint32_t> next_fingerprint = std::nullopt);
   // Replica 0: the metrics, lr scale and callback states a checkpoint keeps.
   void fill_run_state(CheckpointMeta& meta) const;
+  // Every replica's position, in global replica order: this process's directly, the other
+  // processes' gathered (a collective: every replica calls it).
+  std::vector<ReplicaState> all_positions();
+  // Global replica 0: the one that calls callbacks, writes checkpoints and logs the run.
+  bool lead() const { return global_rank_ == 0; }
   double reduce_scalar_sum(double value);
   bool done() const;
 
   Trainer::Shared& shared_;
   const TrainConfig& config_;
   const distribute::ReplicaPlan& plan_;
-  int rank_;
+  int rank_;         // among this process's replicas: its device, source and communicator
+  int global_rank_;  // process rank x local replicas + rank_: its seed, data position, and name
   Task& task_;
   std::unique_ptr<ExecutionContext> ctx_;
   std::shared_ptr<nn::Module> model_;

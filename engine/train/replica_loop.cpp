@@ -2,8 +2,11 @@
 // of replica 0's weights, resume), then epochs of steps in lockstep with the other replicas.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
+#include <string_view>
 
 #include "engine/autograd/ops.h"
 #include "engine/backend/ops.h"
@@ -34,13 +37,14 @@ distribute::BucketOptions bucket_options(const DistributeConfig& d) {
 }  // namespace
 
 ReplicaLoop::ReplicaLoop(Trainer::Shared& shared, int rank)
-    : shared_(shared), config_(shared.setup.config), plan_(shared.setup.plan), rank_(rank), task_(*shared.setup.task) {}
+    : shared_(shared), config_(shared.setup.config), plan_(shared.setup.plan), rank_(rank),
+      global_rank_(shared.setup.plan.first_replica() + rank), task_(*shared.setup.task) {}
 
 void ReplicaLoop::setup() {
   Device device = plan_.devices[static_cast<size_t>(rank_)];
   ctx_ = std::make_unique<ExecutionContext>(device, plan_.threads_per_replica, 0, kernel_options(config_));
   ctx_->bind();  // this thread's device, and the stream its implicit copies and allocations follow
-  ctx_->generator() = Generator::for_replica(config_.seed, 0, rank_);
+  ctx_->generator() = Generator::for_replica(config_.seed, 0, global_rank_);
   shared_.setup.train_sources[static_cast<size_t>(rank_)]->bind(*ctx_);
   if (!shared_.setup.eval_sources.empty()) shared_.setup.eval_sources[static_cast<size_t>(rank_)]->bind(*ctx_);
   nn::init::manual_seed(config_.seed);  // per thread: every replica draws the same initial weights
@@ -55,18 +59,20 @@ void ReplicaLoop::setup() {
     CheckpointManager::load(path, *model_, optimizer_.get());
     const auto& saved = shared_.resume->replicas;
     // A replica the checkpoint did not have (resumed with more replicas) keeps its fresh stream.
-    if (rank_ < static_cast<int>(saved.size())) ctx_->generator().set_state(saved[static_cast<size_t>(rank_)].rng);
+    if (global_rank_ < static_cast<int>(saved.size())) {
+      ctx_->generator().set_state(saved[static_cast<size_t>(global_rank_)].rng);
+    }
     step_ = start_step_ = shared_.resume->step;
     lr_scale_ = static_cast<float>(shared_.resume->lr_scale);
     if (static_cast<int>(saved.size()) == plan_.replicas()) {
-      const nlohmann::json& position = saved[static_cast<size_t>(rank_)].data_position;
+      const nlohmann::json& position = saved[static_cast<size_t>(global_rank_)].data_position;
       resume_fingerprint_of_ = position.value("fingerprint_of", std::string());
       resume_fingerprint_ = position.value("fingerprint", uint32_t{0});
     }
   }
   if (config_.distribute.sync_batchnorm && plan_.replicas() > 1) {
     int layers = distribute::convert_sync_batchnorm(*model_, *comm_);
-    if (rank_ == 0) {
+    if (lead()) {
       spdlog::info("sync_batchnorm: {} BatchNorm layer(s) take their statistics over the global batch of {} replicas",
                    layers, plan_.replicas());
     }
@@ -95,11 +101,11 @@ void ReplicaLoop::run() {
   } catch (const Error& e) {
     // Stop the others before this loop's members are destroyed: their destructors wait for queued
     // device work, which may wait for a collective the others would otherwise never finish.
-    shared_.abort(fmt::format("replica {} failed: {}", rank_, e.what()));
+    shared_.abort(fmt::format("replica {} failed: {}", global_rank_, e.what()));
     if (e.code() != ErrorCode::kResourceExhausted || ctx_ == nullptr || ctx_->device().is_cpu()) throw;
-    throw Error(e.code(), fmt::format("replica {}: {}; {}", rank_, e.what(), out_of_memory_advice()));
+    throw Error(e.code(), fmt::format("replica {}: {}; {}", global_rank_, e.what(), out_of_memory_advice()));
   } catch (const std::exception& e) {
-    shared_.abort(fmt::format("replica {} failed: {}", rank_, e.what()));
+    shared_.abort(fmt::format("replica {} failed: {}", global_rank_, e.what()));
     throw;
   }
 }
@@ -125,7 +131,7 @@ std::string ReplicaLoop::out_of_memory_advice() const {
 
 void ReplicaLoop::run_epochs() {
   setup();
-  if (rank_ == 0) {
+  if (lead()) {
     RunInfo run{start_step_, shared_.total_steps(), shared_.setup.steps_per_epoch,
                 config_.loop.steps > 0 ? 0 : config_.loop.epochs, plan_.replicas(), plan_.global_batch_size,
                 plan_.per_replica_batch_size, plan_.devices.front().str(), shared_.setup.run_dir};
@@ -179,7 +185,7 @@ std::pair<int64_t, int64_t> ReplicaLoop::resume_position() const {
   if (!shared_.resume) return {0, 0};
   const auto& saved = shared_.resume->replicas;
   if (static_cast<int>(saved.size()) == plan_.replicas()) {
-    const auto& mine = saved[static_cast<size_t>(rank_)].data_position;
+    const auto& mine = saved[static_cast<size_t>(global_rank_)].data_position;
     return {mine.value("epoch", shared_.resume->epoch), mine.value("batches", int64_t{0})};
   }
   // Another replica count: the same number of the epoch's examples is consumed, in this run's
@@ -194,8 +200,8 @@ ReplicaLoop::Vote ReplicaLoop::vote(bool have_batch) {
   float* f = flag_.data<float>();
   f[0] = have_batch ? 1.0f : 0.0f;
   f[1] = static_cast<float>(signal);
-  f[2] = rank_ == 0 && shared_.control.stop_requested() ? 1.0f : 0.0f;
-  f[3] = rank_ == 0 ? static_cast<float>(shared_.control.lr_scale()) : 0.0f;
+  f[2] = lead() && shared_.control.stop_requested() ? 1.0f : 0.0f;
+  f[3] = lead() ? static_cast<float>(shared_.control.lr_scale()) : 0.0f;
   host_comm_->all_reduce(flag_, distribute::ReduceOp::kSum);
   // Replicas may read the flag either side of the signal: the sum is non-zero for all alike.
   if (f[1] != 0.0f && stop_signal_ == 0) stop_signal_ = signal != 0 ? signal : stop->load();
@@ -296,7 +302,7 @@ ReplicaLoop::EpochEnd ReplicaLoop::train_epoch(int64_t epoch, int64_t skip_batch
 }
 
 void ReplicaLoop::report_epoch(int64_t epoch, int64_t steps, const StepBreakdown& times, int64_t dropped) {
-  if (rank_ != 0) return;
+  if (!lead()) return;
   shared_.summary.dropped_examples += dropped;
   EpochReport report{epoch, steps, times, dropped};
   shared_.for_each_callback([&](Callback& c) { c.on_epoch_end(report, shared_.control); });
@@ -379,7 +385,7 @@ void ReplicaLoop::report_step(int64_t epoch, int64_t step_in_epoch) {
     stats_.zero_();
     host_comm_->all_reduce(host_stats_, distribute::ReduceOp::kSum);
   }
-  if (rank_ != 0) return;
+  if (!lead()) return;
   r.step = step_;
   r.epoch = epoch;
   r.epochs = config_.loop.steps > 0 ? 0 : config_.loop.epochs;
@@ -442,7 +448,7 @@ void ReplicaLoop::evaluate(int64_t step) {
   comm_->all_reduce(sums, distribute::ReduceOp::kSum);
   std::vector<float> s = sums.to_vector();
   const float examples = s.back();
-  if (rank_ != 0 || examples == 0) return;
+  if (!lead() || examples == 0) return;
   const std::vector<std::string> names = task_.eval_metrics();
   EvalReport report;
   report.step = step;
@@ -492,11 +498,12 @@ void ReplicaLoop::checkpoint(int64_t epoch, int64_t batches_into_epoch, const Ba
   mine.rng = ctx_->generator().state();
   // The checksum is a collective, so it also orders every replica's position write before the save.
   distribute::verify_parameters(*comm_, *model_, buffers_identical_);
-  if (rank_ == 0) {
+  std::vector<ReplicaState> positions = all_positions();
+  if (lead()) {
     CheckpointMeta meta;
     meta.step = step_;
     meta.epoch = epoch;
-    meta.replicas = shared_.positions;
+    meta.replicas = std::move(positions);
     meta.config = shared_.setup.resolved_config;
     fill_run_state(meta);
     finish_progress_line();
@@ -507,6 +514,30 @@ void ReplicaLoop::checkpoint(int64_t epoch, int64_t batches_into_epoch, const Ba
   }
   // No replica may write its next position before replica 0 has copied them all.
   reduce_scalar_sum(0.0);
+}
+
+std::vector<ReplicaState> ReplicaLoop::all_positions() {
+  if (plan_.processes == 1) return lead() ? shared_.positions : std::vector<ReplicaState>();
+  // Two all-gathers over every replica: the lengths of their positions as JSON, then the texts
+  // padded to the longest. Only at checkpoints, so the allocations do not matter.
+  const std::string mine = replica_state_to_json(shared_.positions[static_cast<size_t>(rank_)]).dump();
+  const int world = plan_.replicas();
+  Tensor lengths = Tensor::zeros({world}, DType::kF32);
+  host_comm_->all_gather(Tensor::from_vector({static_cast<float>(mine.size())}, Shape{1}), lengths);
+  const std::vector<float> sizes = lengths.to_vector();
+  const auto longest = static_cast<int64_t>(*std::max_element(sizes.begin(), sizes.end()));
+  Tensor text = Tensor::zeros({longest}, DType::kU8);
+  std::memcpy(text.raw_data(), mine.data(), mine.size());
+  Tensor texts = Tensor::zeros({world * longest}, DType::kU8);
+  host_comm_->all_gather(text, texts);
+  std::vector<ReplicaState> out;
+  const auto* bytes = static_cast<const char*>(texts.raw_data());
+  for (int r = 0; r < world; ++r) {
+    std::string_view json(bytes + static_cast<size_t>(r) * static_cast<size_t>(longest),
+                          static_cast<size_t>(sizes[static_cast<size_t>(r)]));
+    out.push_back(replica_state_from_json(nlohmann::json::parse(json), fmt::format("replica {}'s position", r)));
+  }
+  return out;
 }
 
 }  // namespace tandem::train

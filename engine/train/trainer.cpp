@@ -10,6 +10,8 @@
 #include "engine/train/classification_task.h"
 #include "engine/train/progress.h"
 #include "engine/train/replica.h"
+#include "engine/distribute/bootstrap/client.h"
+#include "engine/train/processes.h"
 
 namespace tandem::train {
 
@@ -27,6 +29,8 @@ distribute::Communicator& Trainer::Shared::device_communicator(int rank) {
 void Trainer::Shared::abort(const std::string& reason) noexcept {
   group->abort(reason);
   if (device_group) device_group->abort(reason);
+  // The other processes see this one's connections close; the rendezvous tells them why.
+  if (link) link->report_failure(reason);
 }
 
 void Trainer::Shared::record_error(std::exception_ptr error, bool is_abort) {
@@ -41,7 +45,10 @@ void Trainer::Shared::record_error(std::exception_ptr error, bool is_abort) {
 namespace {
 
 void check_setup(const TrainerSetup& s) {
-  int r = s.plan.replicas();
+  int r = s.plan.local_replicas();
+  TANDEM_CHECK(s.plan.processes == s.processes.size && s.plan.process_rank == s.processes.rank,
+               ErrorCode::kInvalidArgument, "trainer: the replica plan is for process {} of {}, the process group says "
+               "{} of {}", s.plan.process_rank, s.plan.processes, s.processes.rank, s.processes.size);
   TANDEM_CHECK(r >= 1 && static_cast<int>(s.train_sources.size()) == r, ErrorCode::kInvalidArgument,
                "trainer: {} replicas but {} training sources", r, s.train_sources.size());
   TANDEM_CHECK(s.eval_sources.empty() || static_cast<int>(s.eval_sources.size()) == r, ErrorCode::kInvalidArgument,
@@ -98,6 +105,46 @@ void open_gpu_monitor(Trainer::Shared& s) {
   s.gpu_idle_warned.assign(s.gpu_indices.size(), 0);
 }
 
+// The checkpoint to resume from. Process 0 decides (resume: auto may see another newest one than a
+// process started a moment later) and tells the others through the rendezvous.
+std::optional<std::filesystem::path> agreed_resume(Trainer::Shared& s) {
+  const std::string& resume = s.setup.config.checkpoint.resume;
+  if (!s.link) return resolve_resume(resume, *s.checkpoints);
+  if (s.link->rank() == 0) {
+    auto path = resolve_resume(resume, *s.checkpoints);
+    s.link->rendezvous().set("resume-step", path ? std::to_string(validate_checkpoint(*path).step) : "none");
+    return path;
+  }
+  const std::string step = s.link->rendezvous().get("resume-step");
+  if (step == "none") return std::nullopt;
+  auto path = s.checkpoints->path_for_step(std::stoll(step));
+  TANDEM_CHECK(std::filesystem::exists(path / CheckpointManager::kMetaFile), ErrorCode::kNotFound,
+               "process 0 resumes from the checkpoint of step {}, but process {} cannot read {}: checkpoint.dir must "
+               "be on a filesystem every process reads (or copy it there), and --run-dir the same on every process",
+               step, s.link->rank(), path.string());
+  return path;
+}
+
+// The host communicators: in this process, or over every process (the rendezvous first: a
+// process of another config, version, run id or token is refused there).
+void connect_processes(Trainer::Shared& s, const distribute::CommunicatorOptions& options) {
+  const int local = s.setup.plan.local_replicas();
+  if (!s.setup.processes.multi_process()) {
+    s.group = std::make_unique<distribute::CpuCommunicatorGroup>(local, options);
+    return;
+  }
+  s.link = s.setup.link ? s.setup.link
+                        : join_processes(s.setup.processes, s.setup.config_hash.empty()
+                                                                ? distribute::config_digest(s.setup.resolved_config)
+                                                                : s.setup.config_hash,
+                                         local, options.timeout);
+  TANDEM_CHECK(s.link->local_replicas() == local && s.link->rank() == s.setup.processes.rank,
+               ErrorCode::kInvalidArgument, "trainer: the process link is for process {} with {} replica(s), the plan "
+               "for process {} with {}", s.link->rank(), s.link->local_replicas(), s.setup.processes.rank, local);
+  // deterministic: true fixes the order of every sum over the global replica index.
+  s.group = std::make_unique<distribute::CpuCommunicatorGroup>(local, options, *s.link, s.setup.config.deterministic);
+}
+
 // The callbacks' state and learning-rate scale as the checkpoint saved them.
 void restore_callbacks(Trainer::Shared& s) {
   s.control.set_lr_scale(s.resume->lr_scale);
@@ -126,8 +173,12 @@ Trainer::Trainer(TrainerSetup setup) {
   const TrainConfig& c = s.setup.config;
   distribute::CommunicatorOptions comm_options;
   comm_options.timeout = std::chrono::milliseconds(static_cast<int64_t>(c.distribute.watchdog_timeout_s * 1000));
-  s.group = std::make_unique<distribute::CpuCommunicatorGroup>(s.setup.plan.replicas(), comm_options);
+  connect_processes(s, comm_options);
   if (!s.setup.plan.devices.front().is_cpu()) {
+    TANDEM_CHECK(!s.link, ErrorCode::kUnimplemented,
+                 "GPU replicas across {} processes: NCCL across processes is not built yet; run one process per "
+                 "node with device: cpu, or one process with all of this node's GPUs",
+                 s.setup.processes.size);
     s.device_group = std::make_unique<distribute::NcclCommunicatorGroup>(cuda_indices(s.setup.plan), comm_options);
     open_gpu_monitor(s);
   }
@@ -140,15 +191,17 @@ Trainer::Trainer(TrainerSetup setup) {
                c.schedule.name);
   s.schedule = std::make_unique<optim::LrSchedule>(c.schedule, c.optimizer.lr, s.setup.plan.global_batch_size,
                                                    std::max<int64_t>(total, 1));
-  s.checkpoints =
-      std::make_unique<CheckpointManager>(checkpoint_dir(c, s.setup.run_dir), static_cast<int>(c.checkpoint.keep_last));
-  if (auto path = resolve_resume(c.checkpoint.resume, *s.checkpoints)) {
+  s.checkpoints = std::make_unique<CheckpointManager>(
+      checkpoint_dir(c, s.setup.run_dir),
+      CheckpointOptions{.keep_last = static_cast<int>(c.checkpoint.keep_last), .after_stage = {},
+                        .owner = s.setup.processes.rank == 0});
+  if (auto path = agreed_resume(s)) {
     s.resume = validate_checkpoint(*path);
     spdlog::info("resuming from {} (step {}, epoch {})", path->string(), s.resume->step, s.resume->epoch);
     log_replica_change(*s.resume, s.setup.plan);
   }
   if (s.resume) restore_callbacks(s);
-  s.positions.resize(static_cast<size_t>(s.setup.plan.replicas()));
+  s.positions.resize(static_cast<size_t>(s.setup.plan.local_replicas()));
 }
 
 Trainer::~Trainer() = default;
@@ -159,24 +212,27 @@ std::filesystem::path checkpoint_dir(const TrainConfig& config, const std::files
 
 RunSummary Trainer::run() {
   Shared& s = *shared_;
-  int replicas = s.setup.plan.replicas();
+  int replicas = s.setup.plan.local_replicas();
   std::vector<std::thread> threads;
   for (int r = 0; r < replicas; ++r) {
     threads.emplace_back([&s, r] {
+      const int global = s.setup.plan.first_replica() + r;
       try {
         ReplicaLoop(s, r).run();
       } catch (const Error& e) {
         s.record_error(std::current_exception(), e.code() == ErrorCode::kAborted);
-        s.abort(fmt::format("replica {} failed: {}", r, e.what()));
+        s.abort(fmt::format("replica {} failed: {}", global, e.what()));
       } catch (const std::exception& e) {
         s.record_error(std::current_exception(), false);
-        s.abort(fmt::format("replica {} failed: {}", r, e.what()));
+        s.abort(fmt::format("replica {} failed: {}", global, e.what()));
       }
     });
   }
   for (auto& t : threads) t.join();
   finish_progress_line();
   if (s.first_error) std::rethrow_exception(s.first_error);
+  if (s.link) s.link->goodbye();
+  if (s.setup.processes.rank != 0) return s.summary;  // process 0 reports the run
   for (const auto& callback : s.setup.callbacks) callback->on_train_end(s.summary);
   return s.summary;
 }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/core/batch.h"
+#include "engine/distribute/process_group.h"
 #include "engine/distribute/replica_plan.h"
 #include "engine/nn/module.h"
 #include "engine/train/callback.h"
@@ -20,19 +21,33 @@
 #include "engine/train/metrics.h"
 #include "engine/train/task.h"
 
+namespace tandem::distribute {
+class ProcessLink;  // engine/distribute/process_link.h
+}
+
 namespace tandem::train {
 
 struct TrainerSetup {
   TrainConfig config;
-  distribute::ReplicaPlan plan;
+  distribute::ReplicaPlan plan;  // this process's replicas; plan.processes must be processes.size
+  // A multi-process run (docs/DISTRIBUTE.md): this process's rank, the count and the rendezvous.
+  // The sources, callbacks and run directory are this process's; only process 0 calls callbacks
+  // and writes checkpoints. Default: a single process.
+  distribute::ProcessGroupSpec processes;
+  // What every process must agree on to train together (with the version and the run id): a hash
+  // of the resolved config without its per-process keys. Empty: a hash of resolved_config.
+  std::string config_hash;
+  // The joined processes, when the caller joined them before (the CLI does, to prepare the data
+  // once); null: the Trainer joins them.
+  std::shared_ptr<distribute::ProcessLink> link;
   // Builds one replica's model on the host; replica 0's initial weights are broadcast to all.
   // Called once on each replica's thread, with the same seed set for nn::init on every one.
   std::function<std::shared_ptr<nn::Module>()> make_model;
   // The loss and metrics of a step; null: ImageClassification(config.model, loop.label_smoothing).
   // One object serves every replica thread: its methods must not change shared state.
   std::shared_ptr<Task> task;
-  std::vector<std::unique_ptr<BatchSource>> train_sources;  // one per replica
-  std::vector<std::unique_ptr<BatchSource>> eval_sources;   // one per replica, or none
+  std::vector<std::unique_ptr<BatchSource>> train_sources;  // one per replica of this process
+  std::vector<std::unique_ptr<BatchSource>> eval_sources;   // one per replica of this process, or none
   int64_t steps_per_epoch = 0;  // known from the shard plan; 0 when unknown
   // Called in this order from replica 0's thread (callback.h); the CLI adds MetricsWriter and
   // ProgressLogger (callbacks.h).

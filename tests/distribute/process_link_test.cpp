@@ -56,6 +56,7 @@ TEST(Rendezvous, ProcessesJoinShareValuesAndKnowEachOthersHosts) {
     EXPECT_EQ(c.departed(), "");
     // Process 0's server ends with it: it leaves last, once everyone has had its answers.
     c.set("done-" + std::to_string(r), "");
+    c.goodbye();  // a finished process leaving is not a failure
     if (r == 0) {
       for (int q = 1; q < 3; ++q) c.get("done-" + std::to_string(q));
     }
@@ -97,7 +98,8 @@ TEST(Rendezvous, AProcessWhoseConnectionDropsWithoutGoodbyeIsNamed) {
     bootstrap::Client c(join(port, r, 2));
     if (r == 1) {
       c.set("joined", "1");
-      return;  // goodbye on destruction: not a departure
+      c.goodbye();  // a finished process: not a departure
+      return;
     }
     c.get("joined");
     EXPECT_EQ(c.departed(), "");
@@ -121,7 +123,7 @@ TEST(Rendezvous, AProcessWhoseConnectionDropsWithoutGoodbyeIsNamed) {
     ASSERT_TRUE(bootstrap::recv_frame(s.fd(), &welcome, bootstrap::Clock::now() + std::chrono::seconds(20)));
     bootstrap::send_frame(s.fd(), bootstrap::FrameWriter().u32(2).str("gone").str("").bytes());  // set
   }));
-  EXPECT_EQ(seen, "process 1 on host-b (pid 4242)");
+  EXPECT_EQ(seen, "process 1 on host-b (pid 4242, replica 1) left without a word (killed, or its host is down)");
 }
 
 std::vector<float> values(int rank, int64_t n) {
@@ -209,6 +211,27 @@ TEST(ProcessLink, TwoProcessesOfTwoRanksEqualOneProcessOfFourOrderedAndCloseOthe
   }
   EXPECT_EQ(ring.broadcast, one.broadcast);
   EXPECT_EQ(ring.gathered, one.gathered);
+}
+
+TEST(Rendezvous, AProcessThatFailsIsNamedWithItsReason) {
+  const int port = free_port();
+  std::string seen;
+  expect_no_errors(run_ranks(2, [&](int r) {
+    bootstrap::Client c(join(port, r, 2));
+    if (r == 1) {
+      c.report_failure("replica 1 failed: data: a corrupt record");
+      c.set("reported", "");
+      return;
+    }
+    c.get("reported");
+    for (int i = 0; i < 200 && seen.find("failed") == std::string::npos; ++i) {
+      seen = c.departed();
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }));
+  EXPECT_NE(seen.find("process 1 on "), std::string::npos) << seen;
+  EXPECT_NE(seen.find("replica 1) failed: replica 1 failed: data: a corrupt record"), std::string::npos) << seen;
+  EXPECT_EQ(seen.find("left without a word"), std::string::npos) << seen;
 }
 
 TEST(Rendezvous, AProcessWithAnotherReplicaCountIsRefused) {

@@ -70,13 +70,17 @@ optimizer: {{name: sgd, lr: 0.05, momentum: 0.9}}
 }
 
 int run_trainer(const std::string& args, const fs::path& log) {
-  const std::string command = fmt::format("{} {} > {} 2>&1", kTrainer, args, log.string());
-  const int status = std::system(command.c_str());
+  return run_trainer_command(fmt::format("{} {}", kTrainer, args), log);
+}
+
+int run_trainer_command(const std::string& command, const fs::path& log) {
+  const std::string line = fmt::format("{} > {} 2>&1", command, log.string());
+  const int status = std::system(line.c_str());
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-pid_t start_trainer(const std::string& args, const fs::path& log) {
-  const std::string command = fmt::format("exec {} {} > {} 2>&1", kTrainer, args, log.string());
+pid_t start_trainer(const std::string& args, const fs::path& log, const std::string& launcher) {
+  const std::string command = fmt::format("exec {} {} {} > {} 2>&1", launcher, kTrainer, args, log.string());
   pid_t pid = ::fork();
   if (pid == 0) {
     ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));

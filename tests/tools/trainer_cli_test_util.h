@@ -26,9 +26,12 @@ std::string fashion_config(const std::filesystem::path& dir, const std::string& 
 // Runs `trainer ARGS` through the shell with stdout and stderr into log; returns the exit status
 // (-1 when killed by a signal).
 int run_trainer(const std::string& args, const std::filesystem::path& log);
+// Runs a whole shell command line (a launcher around kTrainer) the same way.
+int run_trainer_command(const std::string& command, const std::filesystem::path& log);
 
 // Starts `trainer ARGS` in the background with stdout and stderr into log; returns its pid.
-pid_t start_trainer(const std::string& args, const std::filesystem::path& log);
+// launcher: a command the trainer runs under ("taskset -c 0"), exec'd in its place.
+pid_t start_trainer(const std::string& args, const std::filesystem::path& log, const std::string& launcher = "");
 // Waits for it; the exit status, or 128 + the signal that ended it.
 int wait_trainer(pid_t pid);
 // Waits (up to timeout_s) until the log file contains text; false on timeout.

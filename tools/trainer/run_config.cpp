@@ -1,5 +1,7 @@
 #include "tools/trainer/run_config.h"
 
+#include "engine/distribute/process_group.h"
+
 namespace tandem::tools {
 
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
@@ -25,6 +27,17 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
   } catch (const Error& e) {
     throw Error(e.code(), fmt::format("config {}: {}", path, e.what()));
   }
+  const YAML::Node& read = root;  // const: looking a key up does not add it
+  const bool has_distribute = read["distribute"] && read["distribute"].IsMap();
+  if (has_distribute && read["distribute"]["token"]) root["distribute"]["token"] = "(hidden)";  // never in files or logs
+  YAML::Node shared = YAML::Clone(root);
+  if (has_distribute) {
+    shared["distribute"].remove("process_rank");
+    shared["distribute"].remove("token");
+  }
+  YAML::Emitter shared_out;
+  shared_out << shared;
+  config.shared_digest = distribute::config_digest(shared_out.c_str());
   YAML::Emitter out;
   out << root;
   config.resolved_yaml = out.c_str();

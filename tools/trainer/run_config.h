@@ -16,7 +16,10 @@ struct RunConfig {
   train::TrainConfig train;
   data::PipelineConfig data;                     // the training split
   std::optional<data::PipelineConfig> eval_data; // the evaluation split, when given
-  std::string resolved_yaml;                     // the document after --set overrides
+  std::string resolved_yaml;                     // the document after --set overrides (distribute.token hidden)
+  // What every process of a multi-process run must agree on: a digest of the document without
+  // its per-process keys (distribute.process_rank) and the token (compared on its own).
+  std::string shared_digest;
 };
 
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides);

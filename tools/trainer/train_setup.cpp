@@ -11,8 +11,10 @@
 
 namespace tandem::tools {
 
-distribute::ReplicaPlan plan_for(const train::TrainConfig& c) {
+distribute::ReplicaPlan plan_for(const train::TrainConfig& c, const distribute::ProcessGroupSpec& processes) {
   distribute::ReplicaPlanRequest request = train::plan_request(c);
+  request.processes = processes.size;
+  request.process_rank = processes.rank;
   if (c.device.device != "cpu" && !c.device.devices.starts_with("cpu:")) {
     backend::DoctorOptions options;
     options.probe_plugin = true;
@@ -38,13 +40,17 @@ std::vector<std::unique_ptr<BatchSource>> make_sources(data::PipelineConfig conf
   config.image.num_classes = train.model.num_classes;  // a bad label names its file and record
   if (config.seed == 0) config.seed = train.seed;
   if (for_eval) config.drop_remainder = false;  // every evaluation example counts
-  data::ReplicaPipelines pipelines = data::build_replica_pipelines(config, plan.replicas());
+  data::ReplicaPipelines pipelines = data::build_replica_pipelines(
+      config, plan.replicas(), plan.first_replica(), plan.local_replicas(), plan.process_rank == 0);
   std::vector<std::unique_ptr<BatchSource>> sources;
+  for (const data::Dataset& dataset : pipelines.datasets) {
+    sources.push_back(std::make_unique<data::PipelineBatchSource>(dataset, train.model.channels_last,
+                                                                  pipelines.budget));
+  }
+  // Every process counts over every replica: all stop at the same step.
   int64_t fewest = INT64_MAX;
   int fewest_rank = 0;
   for (int r = 0; r < plan.replicas(); ++r) {
-    sources.push_back(std::make_unique<data::PipelineBatchSource>(pipelines.datasets[static_cast<size_t>(r)],
-                                                            train.model.channels_last, pipelines.budget));
     const int64_t expected = pipelines.plan.replicas[static_cast<size_t>(r)].expected_records;
     if (expected < fewest) {
       fewest = expected;
@@ -68,6 +74,7 @@ train::TrainerSetup make_trainer_setup(const RunConfig& rc, const distribute::Re
   train::TrainerSetup setup;
   setup.config = c;
   setup.plan = plan;
+  setup.config_hash = rc.shared_digest;
   models::ModelSpec spec{c.model.name, c.model.num_classes, c.model.in_channels, c.model.input_size, c.model.hidden};
   setup.make_model = [spec] { return models::create_model(spec); };
   setup.train_sources = make_sources(rc.data, setup.plan, c, false, &setup.steps_per_epoch);

@@ -14,7 +14,8 @@ namespace tandem::tools {
 // The replica plan for the config's device settings; runs the doctor unless the config asks
 // for the CPU only, so `device: cuda` without a usable GPU stops with the reason. A fallback
 // to the CPU under `device: auto` is in plan.fallback_warning for the caller to log.
-distribute::ReplicaPlan plan_for(const train::TrainConfig& config);
+// With several processes, the batch arithmetic is over every process's replicas.
+distribute::ReplicaPlan plan_for(const train::TrainConfig& config, const distribute::ProcessGroupSpec& processes = {});
 
 // Sources for every replica from a data section, with the plan's per-replica batch; logs the
 // shard plan. steps_per_epoch is set when the record counts are known (else left as is).

@@ -7,8 +7,11 @@
 #include <optional>
 
 #include "data/tensorboard_sink.h"
+#include "engine/distribute/bootstrap/client.h"
+#include "engine/distribute/process_link.h"
 #include "engine/train/callbacks.h"
 #include "engine/train/metrics_csv_sink.h"
+#include "engine/train/processes.h"
 #include "engine/train/run_lock.h"
 #include "engine/train/stop_signals.h"
 #include "tools/trainer/prepare_data.h"
@@ -18,6 +21,8 @@
 
 namespace tandem::tools {
 namespace {
+
+namespace bootstrap = distribute::bootstrap;
 
 struct TrainArgs {
   std::string config;
@@ -29,6 +34,17 @@ void write_text(const std::filesystem::path& path, const std::string& text) {
   std::ofstream out(path);
   out << text;
   TANDEM_CHECK(out.good(), ErrorCode::kInternal, "cannot write {}", path.string());
+}
+
+// A process other than 0: trains its replicas and leaves the run's outputs to process 0.
+int run_follower(train::TrainerSetup setup) {
+  const int rank = setup.processes.rank;
+  train::StopSignals signals;  // a signal here stops every process after the same step
+  setup.stop = &signals.flag();
+  train::Trainer trainer(std::move(setup));
+  train::RunSummary summary = trainer.run();
+  spdlog::info("process {} done after {} steps; process 0 wrote the run's outputs", rank, summary.steps);
+  return summary.stop_signal == 0 ? 0 : 128 + summary.stop_signal;
 }
 
 void print_summary(const train::RunSummary& s, const std::filesystem::path& run_dir) {
@@ -48,22 +64,56 @@ bool same_directory(const std::filesystem::path& a, const std::filesystem::path&
   return normal(a) == normal(b);
 }
 
+// The data of a multi-process run: process 0 prepares it first (the others may share its
+// filesystem), then every process checks its own copy (each prepares it where they do not).
+void ensure_data_once(const RunConfig& config, distribute::ProcessLink* link) {
+  if (link == nullptr) return ensure_data(config);
+  bootstrap::Client& rendezvous = link->rendezvous();
+  if (link->rank() == 0) {
+    try {
+      ensure_data(config);
+    } catch (const Error& e) {
+      rendezvous.set("data-ready", fmt::format("process 0 could not prepare the data: {}", e.what()));
+      throw;
+    }
+    rendezvous.set("data-ready", "");
+    return;
+  }
+  const std::string failure = rendezvous.get("data-ready");
+  TANDEM_CHECK(failure.empty(), ErrorCode::kAborted, "{}", failure);
+  ensure_data(config);
+}
+
 int run_training(const TrainArgs& args) {
   RunConfig config = load_run_config(args.config, args.overrides);
-  distribute::ReplicaPlan plan = plan_for(config.train);
-  spdlog::info("{} (a single run: neither weak nor strong scaling)", plan.describe());
+  const distribute::ProcessGroupSpec processes =
+      distribute::resolve_process_group(train::process_group_request(config.train), distribute::process_environment());
+  const bool lead = processes.rank == 0;  // process 0 logs, writes and checkpoints the run
+  distribute::ReplicaPlan plan = plan_for(config.train, processes);
+  if (lead) spdlog::info("{} (a single run: neither weak nor strong scaling)", plan.describe());
   if (!plan.fallback_warning.empty()) spdlog::warn("{}", plan.fallback_warning);
-  std::filesystem::path run_dir =
-      make_run_dir(config.path, args.run_dir.empty() ? config.train.output.run_dir : args.run_dir);
+  const std::string requested = args.run_dir.empty() ? config.train.output.run_dir : args.run_dir;
+  // The other processes write nothing there; they read checkpoints from it when resuming.
+  std::filesystem::path run_dir = lead ? make_run_dir(config.path, requested) : std::filesystem::path(requested);
   // Before anything is written there: a second trainer on this directory stops here.
-  train::RunDirectoryLock run_lock(run_dir);
-  std::optional<train::RunDirectoryLock> checkpoint_lock;
+  std::optional<train::RunDirectoryLock> run_lock, checkpoint_lock;
   const std::filesystem::path checkpoints = train::checkpoint_dir(config.train, run_dir);
-  // Its own lock too (two runs may share a checkpoint.dir while their run directories differ).
-  if (!same_directory(checkpoints, run_dir)) checkpoint_lock.emplace(checkpoints);
-  write_text(run_dir / "config.yaml", config.resolved_yaml + "\n");
-  ensure_data(config);
+  if (lead) {
+    run_lock.emplace(run_dir);
+    // Its own lock too (two runs may share a checkpoint.dir while their run directories differ).
+    if (!same_directory(checkpoints, run_dir)) checkpoint_lock.emplace(checkpoints);
+    write_text(run_dir / "config.yaml", config.resolved_yaml + "\n");
+  }
+  std::shared_ptr<distribute::ProcessLink> link;
+  if (processes.multi_process()) {
+    const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(config.train.distribute.watchdog_timeout_s * 1000));
+    link = train::join_processes(processes, config.shared_digest, plan.local_replicas(), timeout);
+  }
+  ensure_data_once(config, link.get());
   train::TrainerSetup setup = make_trainer_setup(config, plan, run_dir);
+  setup.processes = processes;
+  setup.link = link;
+  if (!lead) return run_follower(std::move(setup));
   if (config.train.output.tensorboard) {
     setup.callbacks.push_back(std::make_shared<train::MetricsWriter>(std::make_shared<data::TensorBoardSink>(run_dir)));
   }

@@ -29,7 +29,7 @@ Client::Client(const JoinOptions& o) : rank_(o.rank), timeout_(o.timeout) {
   for (std::string& h : hosts_) h = in.str();
 }
 
-Client::~Client() { goodbye(); }
+Client::~Client() = default;
 
 std::string Client::request(const std::string& payload, Op expect, const std::string& what) {
   std::lock_guard lock(mutex_);
@@ -67,12 +67,21 @@ std::string Client::departed() {
   }
 }
 
-void Client::goodbye() noexcept {
+void Client::goodbye() noexcept { last_word(FrameWriter().u32(static_cast<uint32_t>(Op::kBye)).bytes()); }
+
+void Client::report_failure(const std::string& reason) noexcept {
+  try {
+    last_word(FrameWriter().u32(static_cast<uint32_t>(Op::kFailed)).str(reason.substr(0, 4000)).bytes());
+  } catch (const std::exception&) {  // the string's copy; nothing else throws here
+  }
+}
+
+void Client::last_word(const std::string& payload) noexcept {
   std::lock_guard lock(mutex_);
   if (bye_ || !socket_.valid()) return;
   bye_ = true;
   try {
-    send_frame(socket_.fd(), FrameWriter().u32(static_cast<uint32_t>(Op::kBye)).bytes());
+    send_frame(socket_.fd(), payload);
   } catch (const Error&) {
   }
 }

@@ -47,11 +47,15 @@ class Client {
   // The processes whose connection to process 0 closed without their goodbye, or process 0 itself
   // when it cannot be reached: "" when none.
   std::string departed();
-  // This process is done: its connection closing from now on is not a failure.
+  // This process is done: its connection closing from now on is not a failure. Not said on
+  // destruction: a process that ends without it counts as departed.
   void goodbye() noexcept;
+  // This process failed and is leaving: the others' errors quote the reason.
+  void report_failure(const std::string& reason) noexcept;
 
  private:
   std::string request(const std::string& payload, Op expect, const std::string& what);
+  void last_word(const std::string& payload) noexcept;  // kBye or kFailed, once
 
   int rank_;
   std::chrono::milliseconds timeout_;

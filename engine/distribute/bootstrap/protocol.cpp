@@ -5,6 +5,8 @@
 
 #include <vector>
 
+#include "engine/distribute/process_group.h"
+
 namespace tandem::distribute::bootstrap {
 
 std::string encode(const Hello& h) {
@@ -58,13 +60,7 @@ std::string refusal(const Hello& first, const Hello& joining) {
 
 std::string token_digest(const std::string& token) {
   if (token.empty()) return {};
-  // FNV-1a, 64 bits, over a domain prefix and the token.
-  uint64_t h = 1469598103934665603ull;
-  for (char c : "tandem-rendezvous-token:" + token) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 1099511628211ull;
-  }
-  return fmt::format("{:016x}", h);
+  return config_digest("tandem-rendezvous-token:" + token);
 }
 
 }  // namespace tandem::distribute::bootstrap

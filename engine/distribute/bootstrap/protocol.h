@@ -15,6 +15,7 @@ enum class Op : uint32_t {
   kGet = 3,       // key -> kValue, once some process has set it
   kDeparted = 4,  // -> kValue: the processes whose connection closed without kBye ("" if none)
   kBye = 5,       // this process is done; its connection closing is not a failure
+  kFailed = 6,    // reason: this process failed and is leaving (named by kDeparted's answer)
   kWelcome = 10,
   kRefused = 11,
   kAck = 12,

@@ -37,6 +37,13 @@ void reply(int fd, const std::string& payload) noexcept {
   }
 }
 
+// "process 1 on host-b (pid 42, replicas 2 to 3)"
+std::string who(const Hello& h) {
+  const uint32_t first = h.rank * h.local_replicas, last = first + h.local_replicas - 1;
+  return first == last ? fmt::format("process {} on {} (pid {}, replica {})", h.rank, h.host, h.pid, first)
+                       : fmt::format("process {} on {} (pid {}, replicas {} to {})", h.rank, h.host, h.pid, first, last);
+}
+
 std::string value_reply(const std::string& value) {
   return FrameWriter().u32(static_cast<uint32_t>(Op::kValue)).str(value).bytes();
 }
@@ -52,6 +59,7 @@ Server::Server(const std::string& address, int port, Hello self)
   wake_write_ = Socket(fds[1]);
   joined_.resize(self_.size);
   present_.assign(self_.size, false);
+  failures_.resize(self_.size);
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -123,6 +131,12 @@ bool Server::handle(Conn& conn, const std::string& payload) {
       return true;
     case Op::kDeparted: reply(conn.socket.fd(), value_reply(departed_text())); return true;
     case Op::kBye: conn.said_bye = true; return true;
+    case Op::kFailed: {
+      const Hello& h = joined_[static_cast<size_t>(conn.rank)];
+      failures_[static_cast<size_t>(conn.rank)] = fmt::format("{} failed: {}", who(h), in.str());
+      conn.said_bye = true;  // named by its failure, not as a silent departure
+      return true;
+    }
     default: return false;
   }
 }
@@ -183,12 +197,15 @@ void Server::closed(Conn& conn) {
   if (!welcomed_) present_[static_cast<size_t>(conn.rank)] = false;  // it may come again before the group forms
   if (conn.said_bye) return;
   const Hello& h = joined_[static_cast<size_t>(conn.rank)];
-  departed_.push_back(fmt::format("process {} on {} (pid {})", h.rank, h.host, h.pid));
+  departed_.push_back(fmt::format("{} left without a word (killed, or its host is down)", who(h)));
 }
 
 std::string Server::departed_text() const {
   std::string text;
-  for (const std::string& d : departed_) text += (text.empty() ? "" : ", ") + d;
+  for (const std::string& f : failures_) {
+    if (!f.empty()) text += (text.empty() ? "" : "; ") + f;
+  }
+  for (const std::string& d : departed_) text += (text.empty() ? "" : "; ") + d;
   return text;
 }
 

@@ -45,7 +45,8 @@ class Server {
   std::vector<Conn> conns_;
   std::vector<Hello> joined_;       // by rank; rank -1 where not yet joined
   std::vector<bool> present_;
-  std::vector<std::string> departed_;  // "process 1 on host-b (pid 4242)"
+  std::vector<std::string> departed_;  // "process 1 on host-b (pid 4242) left without a word"
+  std::vector<std::string> failures_;  // by rank: what a process reported before leaving
   bool welcomed_ = false;
   std::map<std::string, std::string> values_;
   std::thread thread_;

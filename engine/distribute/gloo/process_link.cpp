@@ -93,7 +93,7 @@ ProcessLink::ProcessLink(const ProcessLinkOptions& o) : impl_(std::make_unique<I
   }
 }
 
-ProcessLink::~ProcessLink() { goodbye(); }
+ProcessLink::~ProcessLink() = default;
 
 bool ProcessLink::available() { return true; }
 int ProcessLink::rank() const { return impl_->options.spec.rank; }
@@ -142,12 +142,15 @@ std::string ProcessLink::diagnose() {
                        "this collective (distribute.watchdog_timeout_s is {} s); its own log names the cause",
                        impl_->options.timeout.count() / 1000.0);
   }
-  int l = impl_->options.local_replicas;
-  return fmt::format("gone: {} (process p holds replicas p*{} to p*{}+{})", gone, l, l, l - 1);
+  return "gone: " + gone;
 }
 
 void ProcessLink::goodbye() noexcept {
   if (impl_ && impl_->client) impl_->client->goodbye();
+}
+
+void ProcessLink::report_failure(const std::string& reason) noexcept {
+  if (impl_ && impl_->client) impl_->client->report_failure(reason);
 }
 
 }  // namespace tandem::distribute

@@ -28,5 +28,6 @@ void ProcessLink::all_gather(int, const void*, void*, size_t) {}
 void ProcessLink::broadcast(int, void*, size_t, int) {}
 std::string ProcessLink::diagnose() { return {}; }
 void ProcessLink::goodbye() noexcept {}
+void ProcessLink::report_failure(const std::string&) noexcept {}
 
 }  // namespace tandem::distribute

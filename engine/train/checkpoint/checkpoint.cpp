@@ -45,12 +45,13 @@ std::optional<int64_t> parse_step_directory_name(std::string_view name) {
 }
 
 CheckpointManager::CheckpointManager(std::filesystem::path dir, int keep_last)
-    : CheckpointManager(std::move(dir), CheckpointOptions{.keep_last = keep_last, .after_stage = {}}) {}
+    : CheckpointManager(std::move(dir), CheckpointOptions{.keep_last = keep_last, .after_stage = {}, .owner = true}) {}
 
 CheckpointManager::CheckpointManager(std::filesystem::path dir, CheckpointOptions options)
     : dir_(std::move(dir)), options_(std::move(options)) {
   TANDEM_CHECK(options_.keep_last >= 0, ErrorCode::kInvalidArgument,
                "checkpoint keep_last must be 0 (keep all) or positive, got {}", options_.keep_last);
+  if (!options_.owner) return;
   fs::create_directories(dir_);
   remove_temporaries();
 }

@@ -23,6 +23,9 @@ struct CheckpointOptions {
   // fsynced), "synced" (temporary directory fsynced), "renamed" (under its real name). Throwing or
   // dying there is how tests crash a save at a known point.
   std::function<void(std::string_view stage)> after_stage;
+  // The process that writes this directory (process 0 of a multi-process run). Others only read:
+  // they neither create the directory nor remove the temporaries of a save in progress.
+  bool owner = true;
 };
 
 class CheckpointManager {

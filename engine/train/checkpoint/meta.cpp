@@ -89,12 +89,18 @@ int64_t examples_into_epoch(const ReplicaState& state, int64_t fallback_global_b
   return p.value("batches", int64_t{0}) * p.value("global_batch", fallback_global_batch);
 }
 
+nlohmann::json replica_state_to_json(const ReplicaState& r) {
+  return {{"data_position", r.data_position},
+          {"rng", {{"seed", r.rng.seed}, {"subsequence", r.rng.subsequence}, {"offset", r.rng.offset}}}};
+}
+
+ReplicaState replica_state_from_json(const nlohmann::json& j, const std::string& where) {
+  return replica_from_json(Reader{where}, j, 0);
+}
+
 nlohmann::json meta_to_json(const CheckpointMeta& meta) {
   nlohmann::json replicas = nlohmann::json::array();
-  for (const auto& r : meta.replicas) {
-    replicas.push_back({{"data_position", r.data_position},
-                        {"rng", {{"seed", r.rng.seed}, {"subsequence", r.rng.subsequence}, {"offset", r.rng.offset}}}});
-  }
+  for (const auto& r : meta.replicas) replicas.push_back(replica_state_to_json(r));
   nlohmann::json metrics = nlohmann::json::object();
   for (const auto& [name, value] : meta.metrics) {
     metrics[name] = std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(nullptr);

@@ -51,6 +51,10 @@ int64_t examples_into_epoch(const ReplicaState& state, int64_t fallback_global_b
 std::string tandem_version();
 
 nlohmann::json meta_to_json(const CheckpointMeta& meta);
+// One replica's entry of meta.json's "replicas" (also how processes send theirs to process 0).
+nlohmann::json replica_state_to_json(const ReplicaState& state);
+// DataLoss naming `where` and the field when one is missing or mistyped.
+ReplicaState replica_state_from_json(const nlohmann::json& j, const std::string& where);
 // Every field is checked; a missing or mistyped one is DataLoss naming source and the field.
 CheckpointMeta meta_from_json(const nlohmann::json& j, const std::filesystem::path& source);
 

@@ -1,0 +1,213 @@
+// Several trainer processes on 127.0.0.1 as one run, as a user launches them on several nodes:
+// the same weights, bit for bit, as one process with all the replicas (deterministic: true); a
+// killed process stops the other with its name, and both resume to the weights of a run never
+// killed; a process of another config or without the token is refused while the run goes on;
+// mpirun (OpenMPI) launches them.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <algorithm>
+#include <fstream>
+#include <vector>
+
+#include "tests/tools/trainer_cli_test_util.h"
+
+namespace tandem::tools {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::read_text;
+
+int free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+class TrainerProcessesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (std::string reason = testing::cli_skip_reason(); !reason.empty()) GTEST_SKIP() << reason;
+    dir_ = fs::temp_directory_path() / fmt::format("tandem-processes-{}-{}",
+                                                   ::testing::UnitTest::GetInstance()->current_test_info()->name(),
+                                                   getpid());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    testing::write_fashion_tfrecords(dir_, 256);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // A run of `steps` steps at global batch 32, checkpointed every 4 steps.
+  void write_config(const std::string& name, int64_t steps, const std::string& distribute = "{}") {
+    std::ofstream(dir_ / name) << testing::fashion_config(
+                                      dir_, fmt::format("{{global_batch_size: 32, steps: {}, log_every_steps: 2}}", steps))
+                               << "deterministic: true\ncheckpoint: {every_steps: 4}\n"
+                               << "distribute: " << distribute << "\n";
+  }
+  // Arguments of process `rank` of `processes`, each with `local` CPU replicas.
+  std::string args(const std::string& config, const std::string& run, int processes, int rank, int local,
+                   int port, const std::string& extra = "") const {
+    std::string base = fmt::format("--config {} --run-dir {} --set devices=cpu:{} {}", (dir_ / config).string(),
+                                   (dir_ / run).string(), local, extra);
+    if (processes == 1) return base;
+    return base + fmt::format(" --set distribute.processes={} --set distribute.process_rank={} --set "
+                              "distribute.address=127.0.0.1 --set distribute.port={}",
+                              processes, rank, port);
+  }
+  // Starts `processes` trainer processes of one run. Several processes run on a core each, as on
+  // nodes of their own, so that every replica computes with as many threads as it would in one
+  // process of all the replicas (oneDNN's sums depend on the thread count).
+  std::vector<pid_t> start_together(const std::string& config, const std::string& run, int processes, int local,
+                                    const std::string& extra = "") {
+    const int port = free_port();
+    const long cores = std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN));
+    std::vector<pid_t> pids;
+    for (int p = 0; p < processes; ++p) {
+      const std::string pin = processes == 1 ? "" : fmt::format("taskset -c {}", p % cores);
+      pids.push_back(testing::start_trainer(args(config, run, processes, p, local, port, extra),
+                                            dir_ / fmt::format("{}-{}.log", run, p), pin));
+    }
+    return pids;
+  }
+  // Runs them to the end; each one's exit status.
+  std::vector<int> run_together(const std::string& config, const std::string& run, int processes, int local,
+                                const std::string& extra = "") {
+    std::vector<pid_t> pids = start_together(config, run, processes, local, extra);
+    std::vector<int> status;
+    for (pid_t pid : pids) status.push_back(testing::wait_trainer(pid));
+    return status;
+  }
+  std::string log(const std::string& run, int p) const { return read_text(dir_ / fmt::format("{}-{}.log", run, p)); }
+  std::string weights(const std::string& run, int64_t step) const {
+    return read_text(dir_ / run / "checkpoints" / fmt::format("step-{:08d}", step) / "model.safetensors");
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(TrainerProcessesTest, TwoProcessesOfOneReplicaTrainTheWeightsOfOneProcessOfTwo) {
+  write_config("run.yaml", 6);
+  ASSERT_EQ(run_together("run.yaml", "one", 1, 2), std::vector<int>{0}) << log("one", 0);
+  ASSERT_EQ(run_together("run.yaml", "two", 2, 1), (std::vector<int>{0, 0})) << log("two", 0) << log("two", 1);
+  const std::string one = weights("one", 6);
+  ASSERT_FALSE(one.empty());
+  EXPECT_TRUE(weights("two", 6) == one) << "2 processes x 1 replica differ from 1 process x 2";
+  EXPECT_NE(log("two", 0).find("2 replicas (2 processes x 1)"), std::string::npos) << log("two", 0);
+  EXPECT_NE(log("two", 0).find("all 2 processes joined"), std::string::npos) << log("two", 0);
+  EXPECT_NE(log("two", 1).find("process 1 done after 6 steps"), std::string::npos) << log("two", 1);
+  EXPECT_TRUE(fs::exists(dir_ / "two" / "run_summary.json"));
+  EXPECT_EQ(log("two", 1).find("step 2 ("), std::string::npos) << "only process 0 logs the run's progress";
+}
+
+TEST_F(TrainerProcessesTest, TwoProcessesOfTwoReplicasTrainTheWeightsOfOneProcessOfFour) {
+  write_config("run.yaml", 4);
+  ASSERT_EQ(run_together("run.yaml", "one", 1, 4), std::vector<int>{0}) << log("one", 0);
+  ASSERT_EQ(run_together("run.yaml", "two", 2, 2), (std::vector<int>{0, 0})) << log("two", 0) << log("two", 1);
+  EXPECT_TRUE(weights("two", 4) == weights("one", 4)) << "2 processes x 2 replicas differ from 1 process x 4";
+}
+
+
+// The newest checkpoint step of a run directory (0 when none).
+int64_t newest_checkpoint(const fs::path& run) {
+  int64_t newest = 0;
+  if (!fs::exists(run / "checkpoints")) return 0;
+  for (const auto& entry : fs::directory_iterator(run / "checkpoints")) {
+    const std::string name = entry.path().filename().string();
+    if (name.starts_with("step-") && fs::exists(entry.path() / "meta.json")) {
+      newest = std::max<int64_t>(newest, std::stoll(name.substr(5)));
+    }
+  }
+  return newest;
+}
+
+TEST_F(TrainerProcessesTest, AKilledProcessStopsTheOtherByNameAndBothResumeToTheUnkilledWeights) {
+  write_config("run.yaml", 100000, "{watchdog_timeout_s: 20}");
+  std::vector<pid_t> pids = start_together("run.yaml", "killed", 2, 1);
+  ASSERT_TRUE(testing::wait_for_log(dir_ / "killed-0.log", "step 20 (", 120)) << log("killed", 0);
+  const auto killed_at = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(pids[1], SIGKILL), 0);
+  EXPECT_EQ(testing::wait_trainer(pids[1]), 128 + SIGKILL);
+  EXPECT_EQ(testing::wait_trainer(pids[0]), 1) << log("killed", 0);
+  const double stopped_after = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  EXPECT_LT(stopped_after, 20.0) << "within the watchdog timeout";
+  const std::string said = log("killed", 0);
+  EXPECT_NE(said.find("process 1 on "), std::string::npos) << said;
+  EXPECT_NE(said.find(fmt::format("(pid {}, replica 1) left without a word", pids[1])), std::string::npos) << said;
+
+  // Both resume from the newest complete checkpoint and train 8 steps past it: the weights of a
+  // run that was never killed.
+  const int64_t saved = newest_checkpoint(dir_ / "killed");
+  ASSERT_GE(saved, 4) << said;
+  const int64_t end = saved + 8;
+  const std::string more = fmt::format("--set checkpoint.resume=auto --set train.steps={}", end);
+  ASSERT_EQ(run_together("run.yaml", "killed", 2, 1, more), (std::vector<int>{0, 0}))
+      << log("killed", 0) << log("killed", 1);
+  EXPECT_NE(log("killed", 0).find(fmt::format("resuming from")), std::string::npos) << log("killed", 0);
+  ASSERT_EQ(run_together("run.yaml", "whole", 2, 1, fmt::format("--set train.steps={}", end)),
+            (std::vector<int>{0, 0}))
+      << log("whole", 0);
+  EXPECT_TRUE(weights("killed", end) == weights("whole", end)) << "resumed after the kill, at step " << end;
+}
+
+TEST_F(TrainerProcessesTest, AProcessOfAnotherConfigOrWithoutTheTokenIsRefusedAndTheRunGoesOn) {
+  write_config("run.yaml", 6);
+  const int port = free_port();
+  const std::string token = "env TANDEM_DIST_TOKEN=s3cret";
+  pid_t first = testing::start_trainer(args("run.yaml", "run", 2, 0, 1, port), dir_ / "p0.log", token);
+  ASSERT_TRUE(testing::wait_for_log(dir_ / "p0.log", "joining the rendezvous", 60)) << read_text(dir_ / "p0.log");
+  pid_t other = testing::start_trainer(args("run.yaml", "other", 2, 1, 1, port, "--set optimizer.lr=0.2"),
+                                       dir_ / "other.log", token);
+  EXPECT_EQ(testing::wait_trainer(other), 1);
+  const std::string other_log = read_text(dir_ / "other.log");
+  EXPECT_NE(other_log.find("refused this process: the config differs"), std::string::npos) << other_log;
+  pid_t tokenless = testing::start_trainer(args("run.yaml", "tokenless", 2, 1, 1, port), dir_ / "tokenless.log");
+  EXPECT_EQ(testing::wait_trainer(tokenless), 1);
+  const std::string tokenless_log = read_text(dir_ / "tokenless.log");
+  EXPECT_NE(tokenless_log.find("the token differs"), std::string::npos) << tokenless_log;
+  EXPECT_EQ(tokenless_log.find("s3cret"), std::string::npos) << "the token is never shown";
+
+  pid_t second = testing::start_trainer(args("run.yaml", "run", 2, 1, 1, port), dir_ / "p1.log", token);
+  EXPECT_EQ(testing::wait_trainer(second), 0) << read_text(dir_ / "p1.log");
+  EXPECT_EQ(testing::wait_trainer(first), 0) << read_text(dir_ / "p0.log");
+  const std::string p0 = read_text(dir_ / "p0.log");
+  EXPECT_NE(p0.find("refused a process from 127.0.0.1: the config differs"), std::string::npos) << p0;
+  EXPECT_NE(p0.find("refused a process from 127.0.0.1: the token differs"), std::string::npos) << p0;
+  EXPECT_FALSE(weights("run", 6).empty());
+  EXPECT_EQ(read_text(dir_ / "run" / "config.yaml").find("s3cret"), std::string::npos);
+}
+
+TEST_F(TrainerProcessesTest, MpirunLaunchesTheProcesses) {
+  if (std::system("command -v mpirun > /dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "mpirun is missing (apt-get install openmpi-bin)";
+  }
+  write_config("run.yaml", 6);
+  ASSERT_EQ(run_together("run.yaml", "one", 1, 2), std::vector<int>{0}) << log("one", 0);
+  // OpenMPI gives the rank and size; the rendezvous address comes with -x. Each process on its
+  // own core, as on a node of its own.
+  const std::string command = fmt::format(
+      "mpirun --allow-run-as-root --oversubscribe --bind-to core -np 2 -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT={} "
+      "--output-filename {} {} --config {} --run-dir {} --set devices=cpu:1",
+      free_port(), (dir_ / "mpi-logs").string(), testing::kTrainer, (dir_ / "run.yaml").string(),
+      (dir_ / "mpi").string());
+  EXPECT_EQ(testing::run_trainer_command(command, dir_ / "mpirun.log"), 0) << read_text(dir_ / "mpirun.log");
+  const std::string said = read_text(dir_ / "mpirun.log");
+  EXPECT_NE(said.find("(from OpenMPI)"), std::string::npos) << said;
+  EXPECT_TRUE(weights("mpi", 6) == weights("one", 6)) << "mpirun's 2 processes differ from 1 process x 2";
+}
+
+}  // namespace
+}  // namespace tandem::tools
