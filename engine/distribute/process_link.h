@@ -52,7 +52,8 @@ class ProcessLink {
   void all_gather(int channel, const void* in, void* out, size_t bytes);
   void broadcast(int channel, void* data, size_t bytes, int root);
 
-  // "process 1 on host-b (pid 42, replicas 2-3) is gone", or that none is and one may be stalled.
+  // After a failed collective: "gone: process 1 on host-b (pid 42, replicas 2 to 3) left without
+  // a word", or, when none left, which processes did not reach the collective (stalled).
   std::string diagnose();
   // This process is done: the others will not read its leaving as a failure. A link destroyed
   // without it (or report_failure) counts as a process that left without a word.

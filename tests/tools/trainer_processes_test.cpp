@@ -163,6 +163,39 @@ TEST_F(TrainerProcessesTest, AKilledProcessStopsTheOtherByNameAndBothResumeToThe
   EXPECT_TRUE(weights("killed", end) == weights("whole", end)) << "resumed after the kill, at step " << end;
 }
 
+TEST_F(TrainerProcessesTest, AStalledProcessIsNamedWithinTheWatchdogTimeout) {
+  write_config("run.yaml", 100000, "{watchdog_timeout_s: 3}");
+  std::vector<pid_t> pids = start_together("run.yaml", "stalled", 2, 1);
+  ASSERT_TRUE(testing::wait_for_log(dir_ / "stalled-0.log", "step 10 (", 120)) << log("stalled", 0);
+  const auto stopped_at = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(pids[1], SIGSTOP), 0);
+  EXPECT_EQ(testing::wait_trainer(pids[0]), 1) << log("stalled", 0);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped_at).count();
+  ::kill(pids[1], SIGKILL);
+  ::kill(pids[1], SIGCONT);
+  testing::wait_trainer(pids[1]);
+  EXPECT_LT(took, 3.0 + 3.0 + 5.0) << "the watchdog, the grace period to name it, and slack";
+  const std::string said = log("stalled", 0);
+  EXPECT_NE(said.find("stalled: process 1 on "), std::string::npos) << said;
+  EXPECT_NE(said.find(fmt::format("(pid {}, replica 1) did not reach it within distribute.watchdog_timeout_s (3 s)",
+                                  pids[1])),
+            std::string::npos)
+      << said;
+}
+
+TEST_F(TrainerProcessesTest, TwoProcessesResumeAsOneProcessOfTheSameReplicas) {
+  // The checkpoint of 2 processes x 1 replica, resumed by 1 process x 2 (the same global
+  // replicas): the weights of the 2-process run continued.
+  write_config("run.yaml", 8);
+  ASSERT_EQ(run_together("run.yaml", "two", 2, 1, "--set train.steps=4"), (std::vector<int>{0, 0})) << log("two", 0);
+  fs::copy(dir_ / "two", dir_ / "one", fs::copy_options::recursive);
+  ASSERT_EQ(run_together("run.yaml", "two", 2, 1, "--set checkpoint.resume=auto"), (std::vector<int>{0, 0}))
+      << log("two", 0);
+  ASSERT_EQ(run_together("run.yaml", "one", 1, 2, "--set checkpoint.resume=auto"), std::vector<int>{0}) << log("one", 0);
+  EXPECT_NE(log("one", 0).find("resuming from"), std::string::npos) << log("one", 0);
+  EXPECT_TRUE(weights("one", 8) == weights("two", 8));
+}
+
 TEST_F(TrainerProcessesTest, AProcessOfAnotherConfigOrWithoutTheTokenIsRefusedAndTheRunGoesOn) {
   write_config("run.yaml", 6);
   const int port = free_port();

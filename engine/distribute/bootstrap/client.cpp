@@ -26,7 +26,11 @@ Client::Client(const JoinOptions& o) : rank_(o.rank), timeout_(o.timeout) {
   TANDEM_CHECK(op == Op::kWelcome, ErrorCode::kDataLoss, "the rendezvous at {}:{} answered {} to a join",
                o.address, o.port, static_cast<uint32_t>(op));
   hosts_.resize(in.u32());
-  for (std::string& h : hosts_) h = in.str();
+  whos_.resize(hosts_.size());
+  for (size_t p = 0; p < hosts_.size(); ++p) {
+    hosts_[p] = in.str();
+    whos_[p] = in.str();
+  }
 }
 
 Client::~Client() = default;
@@ -59,11 +63,16 @@ std::string Client::get(const std::string& key) {
   }
 }
 
+bool Client::has(const std::string& key) {
+  return request(FrameWriter().u32(static_cast<uint32_t>(Op::kHas)).str(key).bytes(), Op::kValue,
+                 "a look at '" + key + "'") == "1";
+}
+
 std::string Client::departed() {
   try {
     return request(FrameWriter().u32(static_cast<uint32_t>(Op::kDeparted)).bytes(), Op::kValue, "a status query");
   } catch (const Error&) {
-    return fmt::format("process 0 on {}", hosts_.empty() ? "?" : hosts_[0]);
+    return whos_.empty() ? std::string("process 0") : whos_[0] + " cannot be reached";
   }
 }
 

@@ -40,10 +40,14 @@ class Client {
   int rank() const { return rank_; }
   int size() const { return static_cast<int>(hosts_.size()); }
   const std::vector<std::string>& hosts() const { return hosts_; }  // by process rank
+  // How errors name process p: "process 1 on host-b (pid 42, replicas 2 to 3)".
+  const std::string& who(int p) const { return whos_[static_cast<size_t>(p)]; }
 
   void set(const std::string& key, const std::string& value);
   // Waits until some process has set key (up to the timeout).
   std::string get(const std::string& key);
+  // Whether some process has set key; never waits.
+  bool has(const std::string& key);
   // The processes whose connection to process 0 closed without their goodbye, or process 0 itself
   // when it cannot be reached: "" when none.
   std::string departed();
@@ -62,7 +66,7 @@ class Client {
   std::unique_ptr<Server> server_;  // process 0 only
   Socket socket_;
   std::mutex mutex_;  // one request at a time on the socket
-  std::vector<std::string> hosts_;
+  std::vector<std::string> hosts_, whos_;
   bool bye_ = false;
 };
 

@@ -16,6 +16,12 @@ std::string encode(const Hello& h) {
   return w.bytes();
 }
 
+std::string who(const Hello& h) {
+  const uint32_t first = h.rank * h.local_replicas, last = first + h.local_replicas - 1;
+  return first == last ? fmt::format("process {} on {} (pid {}, replica {})", h.rank, h.host, h.pid, first)
+                       : fmt::format("process {} on {} (pid {}, replicas {} to {})", h.rank, h.host, h.pid, first, last);
+}
+
 Hello decode_hello(FrameReader& in) {
   Hello h;
   h.rank = in.u32();

@@ -10,12 +10,13 @@
 namespace tandem::distribute::bootstrap {
 
 enum class Op : uint32_t {
-  kHello = 1,     // Hello -> kWelcome (every process's host, once all have joined) or kRefused (why)
+  kHello = 1,     // Hello -> kWelcome (every process's host and who(), once all have joined) or kRefused (why)
   kSet = 2,       // key, value -> kAck
   kGet = 3,       // key -> kValue, once some process has set it
   kDeparted = 4,  // -> kValue: the processes whose connection closed without kBye ("" if none)
   kBye = 5,       // this process is done; its connection closing is not a failure
   kFailed = 6,    // reason: this process failed and is leaving (named by kDeparted's answer)
+  kHas = 7,       // key -> kValue "1" when some process has set it, else "0" (never waits)
   kWelcome = 10,
   kRefused = 11,
   kAck = 12,
@@ -40,6 +41,8 @@ struct Hello {
 };
 
 std::string encode(const Hello& hello);
+// "process 1 on host-b (pid 42, replicas 2 to 3)": how errors name a process.
+std::string who(const Hello& hello);
 Hello decode_hello(FrameReader& in);
 
 // Why `joining` may not train with process 0 (`first`), naming both sides; empty when it may.

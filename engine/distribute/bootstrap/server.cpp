@@ -37,13 +37,6 @@ void reply(int fd, const std::string& payload) noexcept {
   }
 }
 
-// "process 1 on host-b (pid 42, replicas 2 to 3)"
-std::string who(const Hello& h) {
-  const uint32_t first = h.rank * h.local_replicas, last = first + h.local_replicas - 1;
-  return first == last ? fmt::format("process {} on {} (pid {}, replica {})", h.rank, h.host, h.pid, first)
-                       : fmt::format("process {} on {} (pid {}, replicas {} to {})", h.rank, h.host, h.pid, first, last);
-}
-
 std::string value_reply(const std::string& value) {
   return FrameWriter().u32(static_cast<uint32_t>(Op::kValue)).str(value).bytes();
 }
@@ -130,6 +123,7 @@ bool Server::handle(Conn& conn, const std::string& payload) {
       answer_gets();
       return true;
     case Op::kDeparted: reply(conn.socket.fd(), value_reply(departed_text())); return true;
+    case Op::kHas: reply(conn.socket.fd(), value_reply(values_.contains(in.str()) ? "1" : "0")); return true;
     case Op::kBye: conn.said_bye = true; return true;
     case Op::kFailed: {
       const Hello& h = joined_[static_cast<size_t>(conn.rank)];
@@ -174,7 +168,7 @@ void Server::welcome_all() {
   }
   FrameWriter w;
   w.u32(static_cast<uint32_t>(Op::kWelcome)).u32(self_.size);
-  for (const Hello& h : joined_) w.str(h.host);
+  for (const Hello& h : joined_) w.str(h.host).str(who(h));
   for (const Conn& c : conns_) {
     if (c.rank >= 0) reply(c.socket.fd(), w.bytes());
   }

@@ -13,6 +13,8 @@
 #include <gloo/transport/tcp/device.h>
 #include <spdlog/spdlog.h>
 
+#include <thread>
+
 #include "engine/core/error.h"
 #include "engine/distribute/bootstrap/client.h"
 
@@ -136,13 +138,31 @@ void ProcessLink::broadcast(int channel, void* data, size_t bytes, int root) {
 }
 
 std::string ProcessLink::diagnose() {
-  std::string gone = impl_->client->departed();
-  if (gone.empty()) {
-    return fmt::format("every process is still connected to the rendezvous, so one is stalled or failed before "
-                       "this collective (distribute.watchdog_timeout_s is {} s); its own log names the cause",
-                       impl_->options.timeout.count() / 1000.0);
+  bootstrap::Client& c = *impl_->client;
+  // A killed process's connections drop together, but the rendezvous may see it a moment after
+  // Gloo did; a process that gave up waiting says so. Whoever does neither within a grace period
+  // never came to the collective (stopped, hung, or slower than the watchdog allows).
+  c.set(fmt::format("timed-out/{}", rank()), "");
+  const auto grace = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  std::vector<std::string> stalled;
+  for (;;) {
+    if (std::string gone = c.departed(); !gone.empty()) return "gone: " + gone;
+    stalled.clear();
+    for (int p = 0; p < size(); ++p) {
+      if (p != rank() && !c.has(fmt::format("timed-out/{}", p))) stalled.push_back(c.who(p));
+    }
+    if (stalled.empty() || std::chrono::steady_clock::now() >= grace) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  return "gone: " + gone;
+  const double limit = impl_->options.timeout.count() / 1000.0;
+  if (stalled.empty()) {
+    return fmt::format("every process gave up waiting (distribute.watchdog_timeout_s {} s): the processes are in "
+                       "different collectives, or the network between them is down",
+                       limit);
+  }
+  return fmt::format("stalled: {} did not reach it within distribute.watchdog_timeout_s ({} s): stopped, hung, or "
+                     "slower than the watchdog allows",
+                     fmt::join(stalled, ", "), limit);
 }
 
 void ProcessLink::goodbye() noexcept {
