@@ -37,8 +37,14 @@ using TandemCudaPluginInit = int (*)(int abi_version, TandemCudaPlugin* out);
 
 // NCCL collectives across this process's GPUs (issue 6), from a second entry point so the
 // table above keeps its layout. engine/distribute wraps them in its Communicator interface.
-inline constexpr int kTandemNcclAbi = 1;
+// 2: DeviceCollectives gained total_ranks / first_rank; the entry points of several processes.
+inline constexpr int kTandemNcclAbi = 2;
 inline constexpr const char* kTandemNcclEntry = "tandem_cuda_nccl_create";
+// Several processes: process 0 makes the unique id (ncclGetUniqueId), the launcher's rendezvous
+// carries it to the others, and every process creates its ranks of the one communicator.
+inline constexpr const char* kTandemNcclUniqueIdEntry = "tandem_cuda_nccl_unique_id";
+inline constexpr const char* kTandemNcclCreateRanksEntry = "tandem_cuda_nccl_create_ranks";
+inline constexpr size_t kTandemNcclUniqueIdBytes = 128;  // NCCL_UNIQUE_ID_BYTES
 
 }  // extern "C"
 
@@ -50,7 +56,11 @@ namespace tandem::backend {
 class DeviceCollectives {
  public:
   virtual ~DeviceCollectives() = default;
-  virtual int world_size() const = 0;
+  virtual int world_size() const = 0;  // this process's ranks: the `rank` of every call below
+  // Every process's ranks, and this process's first (NCCL's rank of local rank 0): a broadcast's
+  // root is one of these global ranks.
+  virtual int total_ranks() const { return world_size(); }
+  virtual int first_rank() const { return 0; }
   virtual int device(int rank) const = 0;
   virtual Stream& stream(int rank) = 0;  // where this rank's collectives run
   virtual void all_reduce(int rank, float* data, size_t count, bool average) = 0;  // in place
@@ -69,4 +79,11 @@ extern "C" {
 // nonzero with error filled (no exception crosses dlsym).
 using TandemNcclCreate = int (*)(int abi_version, const int* devices, int count,
                                  tandem::backend::DeviceCollectives** out, char* error, size_t error_size);
+// Fills id (kTandemNcclUniqueIdBytes) with a new unique id; 0 on success, else error filled.
+using TandemNcclUniqueId = int (*)(int abi_version, char* id, char* error, size_t error_size);
+// This process's ranks first_rank .. first_rank + count - 1 of total_ranks, over devices, from the
+// unique id of process 0 (ncclCommInitRank, grouped).
+using TandemNcclCreateRanks = int (*)(int abi_version, const char* id, int total_ranks, int first_rank,
+                                      const int* devices, int count, tandem::backend::DeviceCollectives** out,
+                                      char* error, size_t error_size);
 }  // extern "C"

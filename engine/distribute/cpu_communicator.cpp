@@ -7,6 +7,7 @@
 #include "engine/distribute/process_link.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 namespace tandem::distribute {
@@ -220,8 +221,12 @@ void CpuCommunicator::run_all_gather(const CollectiveDesc& desc) {
 
 template <typename F>
 void CpuCommunicator::across(const CollectiveDesc& desc, F&& f) {
+  const auto start = std::chrono::steady_clock::now();
   try {
     f();
+    across_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+                             .count(),
+                         std::memory_order_relaxed);
   } catch (const Error& e) {
     // It reaches one local rank first: stop the others, which may wait for it at the rendezvous.
     const std::string message = fmt::format("replica {}, {}: {}", rank(), detail::describe(desc), e.what());

@@ -6,6 +6,7 @@
 // (process rank x R + local rank).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <exception>
 #include <memory>
@@ -36,6 +37,8 @@ class CpuCommunicator final : public Communicator {
   CollectiveHandle broadcast_async(const Tensor& x, int root, CollectiveTag tag = {}) override;
   CollectiveHandle all_gather_async(const Tensor& x, const Tensor& out, CollectiveTag tag = {}) override;
   void abort(const std::string& reason) noexcept override;
+  // Seconds this rank has spent in collectives across processes (0 in a single process).
+  double across_seconds() const { return static_cast<double>(across_ns_.load(std::memory_order_relaxed)) * 1e-9; }
 
  protected:
   void wait(uint64_t sequence) override;
@@ -73,6 +76,7 @@ class CpuCommunicator final : public Communicator {
   int base_rank_ = 0;      // process rank x local ranks
   std::vector<unsigned char> staging_;  // cross-process buffers, grown once to the largest size
   std::vector<const float*> gathered_;  // ordered all_reduce: every global rank's chunk
+  std::atomic<int64_t> across_ns_{0};
   std::mutex mutex_;
   std::condition_variable changed_;
   std::vector<const float*> sources_;  // all_reduce: each rank's buffer, sized once

@@ -4,6 +4,9 @@
 // NCCL runs it and the watchdog can name the replica that never arrived.
 #include "engine/distribute/nccl_communicator.h"
 
+#include "engine/distribute/bootstrap/client.h"
+#include "engine/distribute/process_link.h"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -162,6 +165,45 @@ std::unique_ptr<backend::DeviceCollectives> create_nccl(const std::vector<int>& 
   return std::unique_ptr<backend::DeviceCollectives>(out);
 }
 
+// Several processes: process 0's unique id through the rendezvous, then this process's ranks
+// (process rank x local devices onwards) of one communicator over every process's devices.
+std::unique_ptr<backend::DeviceCollectives> create_nccl_ranks(const std::vector<int>& devices, ProcessLink& link) {
+  check_devices(devices);
+  const std::string list = device_list(devices);
+  const backend::CudaPluginStatus& status = backend::load_cuda_plugin();
+  TANDEM_CHECK(status.loaded, ErrorCode::kUnavailable,
+               "NCCL communicators over {} need the CUDA plugin, which is not usable here: {}; run `trainer doctor` "
+               "for the full diagnosis",
+               list, status.error);
+  std::string why;
+  auto unique_id = backend::cuda_plugin_function<TandemNcclUniqueId>(kTandemNcclUniqueIdEntry, &why);
+  auto create = backend::cuda_plugin_function<TandemNcclCreateRanks>(kTandemNcclCreateRanksEntry, &why);
+  TANDEM_CHECK(unique_id != nullptr && create != nullptr, ErrorCode::kUnavailable,
+               "the CUDA plugin {} has no entry points for NCCL across processes (a plugin older than this engine?): "
+               "{}; rebuild it",
+               status.path, why);
+  char error[1024] = {};
+  std::string id(kTandemNcclUniqueIdBytes, '\0');
+  if (link.rank() == 0) {
+    int rc = unique_id(kTandemNcclAbi, id.data(), error, sizeof(error));
+    TANDEM_CHECK(rc == 0, ErrorCode::kUnavailable, "ncclGetUniqueId on process 0 failed (code {}): {}", rc, error);
+    link.rendezvous().set("nccl-unique-id", id);
+  } else {
+    id = link.rendezvous().get("nccl-unique-id");
+    TANDEM_CHECK(id.size() == kTandemNcclUniqueIdBytes, ErrorCode::kDataLoss,
+                 "process 0's NCCL unique id has {} bytes, not {}", id.size(), kTandemNcclUniqueIdBytes);
+  }
+  const int local = static_cast<int>(devices.size());
+  backend::DeviceCollectives* out = nullptr;
+  int rc = create(kTandemNcclAbi, id.data(), local * link.size(), local * link.rank(), devices.data(), local, &out,
+                  error, sizeof(error));
+  TANDEM_CHECK(rc == 0 && out != nullptr, ErrorCode::kUnavailable,
+               "creating NCCL ranks {} to {} of {} over {} on process {} failed (code {}): {}; check that every node "
+               "reaches the others (NCCL_SOCKET_IFNAME, NCCL_DEBUG=INFO) and run `trainer doctor` on each",
+               local * link.rank(), local * link.rank() + local - 1, local * link.size(), list, link.rank(), rc, error);
+  return std::unique_ptr<backend::DeviceCollectives>(out);
+}
+
 }  // namespace
 
 NcclCommunicator::NcclCommunicator(int rank, std::shared_ptr<detail::NcclGroupState> group,
@@ -177,12 +219,13 @@ NcclCommunicator::NcclCommunicator(int rank, std::shared_ptr<detail::NcclGroupSt
 
 NcclCommunicator::~NcclCommunicator() = default;
 
-int NcclCommunicator::world_size() const { return group_->world_size(); }
+int NcclCommunicator::rank() const { return group_->collectives().first_rank() + rank_; }
+int NcclCommunicator::world_size() const { return group_->collectives().total_ranks(); }
 
 void NcclCommunicator::check_tensor(const Tensor& x, std::string_view what) const {
-  TANDEM_CHECK(x.defined(), ErrorCode::kInvalidArgument, "{} on replica {}: the tensor is undefined", what, rank_);
+  TANDEM_CHECK(x.defined(), ErrorCode::kInvalidArgument, "{} on replica {}: the tensor is undefined", what, rank());
   TANDEM_CHECK(x.device() == device_, ErrorCode::kInvalidArgument,
-               "{} on replica {}: its NCCL communicator takes tensors on {}, got {}", what, rank_, device_.str(),
+               "{} on replica {}: its NCCL communicator takes tensors on {}, got {}", what, rank(), device_.str(),
                x.describe());
 }
 
@@ -220,7 +263,7 @@ CollectiveHandle NcclCommunicator::launch(CollectiveDesc desc, const Tensor& x, 
     after = current_stream();  // the tensor was written by work queued there
   }
   TANDEM_CHECK(after == nullptr || after->device() == device_, ErrorCode::kInvalidArgument,
-               "replica {}: tag.after is a stream on {}, but the collectives run on {}", rank_,
+               "replica {}: tag.after is a stream on {}, but the collectives run on {}", rank(),
                after == nullptr ? std::string() : after->device().str(), device_.str());
   std::unique_lock lock(mutex_);
   if (group_->failed()) throw_failed();
@@ -256,7 +299,7 @@ void NcclCommunicator::enqueue(const CollectiveDesc& desc, const Tensor& x, cons
     }
     entry.done->record(*stream_);
   } catch (const Error& e) {
-    group_->fail(e.code(), fmt::format("replica {} could not launch {}: {}", rank_, describe(desc), e.what()));
+    group_->fail(e.code(), fmt::format("replica {} could not launch {}: {}", rank(), describe(desc), e.what()));
     throw_failed();
   }
   entry.desc = desc;
@@ -268,7 +311,7 @@ void NcclCommunicator::enqueue(const CollectiveDesc& desc, const Tensor& x, cons
 void NcclCommunicator::stream_wait(uint64_t sequence, Stream& stream) {
   std::unique_lock lock(mutex_);
   TANDEM_CHECK(sequence >= 1 && sequence <= launched_, ErrorCode::kInvalidArgument,
-               "replica {}: stream wait for collective #{}, but #{} is the last launched", rank_, sequence, launched_);
+               "replica {}: stream wait for collective #{}, but #{} is the last launched", rank(), sequence, launched_);
   if (poll(sequence)) return;
   // Not complete yet, so its ring entry is not reused: its event is still this collective's.
   ring_[sequence % kRing].done->wait(stream);
@@ -281,7 +324,7 @@ bool NcclCommunicator::poll(uint64_t sequence) {
     try {
       happened = entry.done->query();
     } catch (const Error& e) {
-      group_->fail(e.code(), fmt::format("replica {}: {} failed on the device: {}", rank_, describe(entry.desc),
+      group_->fail(e.code(), fmt::format("replica {}: {} failed on the device: {}", rank(), describe(entry.desc),
                                          e.what()));
     }
     if (!happened) break;
@@ -308,17 +351,19 @@ void NcclCommunicator::watchdog() {
   }
   if (!async.empty()) {
     group_->fail(ErrorCode::kUnavailable,
-                 fmt::format("NCCL failed on replica {} in {}: {}", rank_, describe(oldest.desc), async));
+                 fmt::format("NCCL failed on replica {} in {}: {}", rank(), describe(oldest.desc), async));
     throw_failed();
   }
   if (std::chrono::steady_clock::now() < oldest.launched_at + group_->timeout()) return;
   std::string missing = group_->missing_ranks(oldest.desc.sequence);
+  const bool across = world_size() > group_->world_size();  // other processes' replicas take part
   std::string message =
       missing.empty()
-          ? fmt::format("watchdog: {} did not complete within {:.3f} s on replica {} though every replica launched "
-                        "it: the device work it follows (tag.after), a GPU or NCCL is stuck; the timeout is "
-                        "CommunicatorOptions::timeout",
-                        describe(oldest.desc), seconds(group_->timeout()), rank_)
+          ? fmt::format("watchdog: {} did not complete within {:.3f} s on replica {} though every replica{} "
+                        "launched it: {}the device work it follows (tag.after), a GPU or NCCL is stuck; the timeout "
+                        "is CommunicatorOptions::timeout",
+                        describe(oldest.desc), seconds(group_->timeout()), rank(), across ? " of this process" : "",
+                        across ? "another process's replica, " : "")
           : not_arrived_message(missing, oldest.desc, group_->timeout(), rank_);
   group_->fail(ErrorCode::kDeadlineExceeded, message);
   throw_failed();
@@ -326,7 +371,7 @@ void NcclCommunicator::watchdog() {
 
 void NcclCommunicator::wait_locked(uint64_t sequence, std::unique_lock<std::mutex>& lock) {
   TANDEM_CHECK(sequence >= 1 && sequence <= launched_, ErrorCode::kInvalidArgument,
-               "replica {}: wait for collective #{}, but #{} is the last launched", rank_, sequence, launched_);
+               "replica {}: wait for collective #{}, but #{} is the last launched", rank(), sequence, launched_);
   // Collectives usually finish within microseconds of the last rank's launch: spin briefly, then
   // back off to at most a millisecond so a long wait costs no CPU.
   auto pause = std::chrono::microseconds(10);
@@ -367,7 +412,7 @@ void NcclCommunicator::throw_failed() {
 
 void NcclCommunicator::abort(const std::string& reason) noexcept {
   try {
-    group_->fail(ErrorCode::kAborted, fmt::format("replica {} aborted: {}", rank_, reason));
+    group_->fail(ErrorCode::kAborted, fmt::format("replica {} aborted: {}", rank(), reason));
   } catch (...) {
     group_->fail(ErrorCode::kAborted, "a replica aborted");
   }
@@ -406,7 +451,7 @@ void NcclCommunicator::drain() noexcept {
   try {
     group_->fail(ErrorCode::kAborted, fmt::format("replica {}'s communicator was destroyed with {} collective(s) "
                                                   "pending",
-                                                  rank_, launched_ - completed_));
+                                                  rank(), launched_ - completed_));
   } catch (...) {
     group_->fail(ErrorCode::kAborted, "a communicator was destroyed with collectives pending");
   }
@@ -416,6 +461,12 @@ void NcclCommunicator::drain() noexcept {
 NcclCommunicatorGroup::NcclCommunicatorGroup(std::vector<int> devices, CommunicatorOptions options) {
   // The plugin first: its failure says why CUDA is unusable, which the services lookup would not.
   auto collectives = create_nccl(devices);
+  init(std::move(collectives), device_services(DeviceType::kCuda), options);
+}
+
+NcclCommunicatorGroup::NcclCommunicatorGroup(std::vector<int> devices, CommunicatorOptions options,
+                                             ProcessLink& link) {
+  auto collectives = create_nccl_ranks(devices, link);
   init(std::move(collectives), device_services(DeviceType::kCuda), options);
 }
 

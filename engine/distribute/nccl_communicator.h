@@ -25,13 +25,14 @@ namespace tandem::distribute {
 namespace detail {
 class NcclGroupState;
 }
+class ProcessLink;  // process_link.h
 
 class NcclCommunicator final : public Communicator {
  public:
   ~NcclCommunicator() override;
 
-  int rank() const override { return rank_; }
-  int world_size() const override;
+  int rank() const override;        // global: the first rank of this process + the local one
+  int world_size() const override;  // every process's ranks
   Device device() const override { return device_; }
   // Where this rank's collectives run; a consumer of a result may wait on it instead of the host.
   Stream& stream() { return *stream_; }
@@ -98,6 +99,10 @@ class NcclCommunicatorGroup {
   // indices, distinct). Throws Unavailable naming the cause (no plugin, no driver, no GPU, an
   // older plugin) and pointing at `trainer doctor`; InvalidArgument for a bad device list.
   explicit NcclCommunicatorGroup(std::vector<int> devices, CommunicatorOptions options = {});
+  // One communicator over the devices of every process of `link` (the same count on each): this
+  // process's ranks start at link.rank() x devices.size(); process 0's NCCL unique id travels
+  // through the rendezvous.
+  NcclCommunicatorGroup(std::vector<int> devices, CommunicatorOptions options, ProcessLink& link);
   // Over collectives already made (tests drive the adapter with simulated ones); `services`
   // makes the events of the ranks' streams.
   NcclCommunicatorGroup(std::unique_ptr<backend::DeviceCollectives> collectives, DeviceServices& services,
@@ -106,8 +111,8 @@ class NcclCommunicatorGroup {
   NcclCommunicatorGroup(const NcclCommunicatorGroup&) = delete;
   NcclCommunicatorGroup& operator=(const NcclCommunicatorGroup&) = delete;
 
-  int world_size() const { return static_cast<int>(ranks_.size()); }
-  NcclCommunicator& communicator(int rank);
+  int world_size() const { return static_cast<int>(ranks_.size()); }  // in this process
+  NcclCommunicator& communicator(int rank);  // by local rank
   // Stops every rank (see Communicator::abort); for a failure outside any one replica.
   void abort(const std::string& reason) noexcept;
 

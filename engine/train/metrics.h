@@ -36,7 +36,11 @@ struct RunSummary {
   int64_t steps = 0;
   int64_t epochs = 0;
   std::map<std::string, double> final_metrics;  // train_loss, eval_loss, eval_top1, eval_top5
-  int replicas = 1;
+  int replicas = 1;   // of every process
+  int processes = 1;
+  // Replica 0's time in collectives across processes (Gloo), per step of this run: part of the
+  // all-reduce phase, and overlapping backward where the buckets let it. 0 in a single process.
+  double inter_process_ms_per_step = 0;
   int64_t global_batch_size = 0, per_replica_batch_size = 0;
   std::string device;
   int64_t dropped_examples = 0;  // examples left out because not every replica had a full batch

@@ -173,6 +173,11 @@ void ReplicaLoop::run_epochs() {
     s.step_time_p95_ms = 1000.0 * percentile(step_times_, 95);
     s.final_metrics["train_" + train_metrics_.front()] = last_train_loss_;
     s.replicas = plan_.replicas();
+    s.processes = plan_.processes;
+    if (plan_.processes > 1 && step_ > start_step_) {
+      s.inter_process_ms_per_step = 1000.0 * shared_.group->communicator(rank_).across_seconds() /
+                                    static_cast<double>(step_ - start_step_);
+    }
     s.global_batch_size = plan_.global_batch_size;
     s.per_replica_batch_size = plan_.per_replica_batch_size;
     s.device = plan_.devices.front().str();

@@ -175,11 +175,10 @@ Trainer::Trainer(TrainerSetup setup) {
   comm_options.timeout = std::chrono::milliseconds(static_cast<int64_t>(c.distribute.watchdog_timeout_s * 1000));
   connect_processes(s, comm_options);
   if (!s.setup.plan.devices.front().is_cpu()) {
-    TANDEM_CHECK(!s.link, ErrorCode::kUnimplemented,
-                 "GPU replicas across {} processes: NCCL across processes is not built yet; run one process per "
-                 "node with device: cpu, or one process with all of this node's GPUs",
-                 s.setup.processes.size);
-    s.device_group = std::make_unique<distribute::NcclCommunicatorGroup>(cuda_indices(s.setup.plan), comm_options);
+    s.device_group = s.link ? std::make_unique<distribute::NcclCommunicatorGroup>(cuda_indices(s.setup.plan),
+                                                                                 comm_options, *s.link)
+                            : std::make_unique<distribute::NcclCommunicatorGroup>(cuda_indices(s.setup.plan),
+                                                                                 comm_options);
     open_gpu_monitor(s);
   }
   int64_t total = s.total_steps();

@@ -4,9 +4,6 @@
 // cross-process collectives against one process holding every rank, bit for bit where ordered.
 #include <gtest/gtest.h>
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <thread>
@@ -17,6 +14,7 @@
 #include "engine/distribute/cpu_communicator.h"
 #include "engine/distribute/process_link.h"
 #include "tests/distribute/distribute_test_util.h"
+#include "tests/support/ports.h"
 
 namespace tandem::distribute {
 namespace {
@@ -24,19 +22,8 @@ namespace {
 using testing::caught;
 using testing::expect_no_errors;
 using testing::run_ranks;
+using testing::free_port;
 
-// A port nobody listens on now (the kernel's choice for port 0).
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
 
 bootstrap::JoinOptions join(int port, int rank, int size, std::string config = "cfg", std::string token = "") {
   return {.address = "127.0.0.1", .port = port, .rank = rank, .size = size,

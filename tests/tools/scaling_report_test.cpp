@@ -77,7 +77,12 @@ TEST(ScalingReport, MarkdownHasAHeaderAndOneLinePerRun) {
   std::string md = scaling_markdown(sample(), "strong");
   EXPECT_THAT(md, HasSubstr("Strong (fixed global batch)"));
   EXPECT_THAT(md, HasSubstr("| All-reduce |"));
-  EXPECT_THAT(md, HasSubstr("| 2 | 128 | 64 | 150.0 | 75.0% | 50.0 | 60.0 | 10.0% | 0.0% | 30.0% | 40.0% | 20.0% | 0.0% |"));
+  EXPECT_THAT(md, HasSubstr("| 2 | 128 | 64 | 150.0 | 75.0% | 50.0 | 60.0 | 10.0% | 0.0% | 30.0% | 40.0% | 20.0% | 0.0% | 1 "
+                            "| 0.00 |"));
+  std::vector<ScalingRow> across = sample();
+  across[2].processes = 2;
+  across[2].inter_process_ms = 3.25;
+  EXPECT_THAT(scaling_markdown(across, "strong"), HasSubstr("| 0.0% | 2 | 3.25 |"));
   EXPECT_THAT(scaling_markdown(sample(), "weak"), HasSubstr("Weak (fixed per-replica batch)"));
 }
 
@@ -86,9 +91,10 @@ TEST(ScalingReport, CsvHasTheHeaderAndOneRowPerRun) {
   ASSERT_EQ(csv.size(), 4u);
   EXPECT_EQ(csv[0],
             "replicas,global_batch,per_replica_batch,images_per_sec,efficiency,step_p50_ms,step_p95_ms,"
-            "input_wait_share,copy_share,forward_share,backward_share,all_reduce_share,optimizer_share");
-  EXPECT_EQ(csv[1], "1,128,128,100.000,1.0000,100.000,120.000,0.1000,0.0000,0.3000,0.4000,0.2000,0.0000");
-  EXPECT_EQ(csv[3], "4,128,32,200.000,0.5000,25.000,30.000,0.1000,0.0000,0.3000,0.4000,0.2000,0.0000");
+            "input_wait_share,copy_share,forward_share,backward_share,all_reduce_share,optimizer_share,processes,"
+            "inter_process_ms");
+  EXPECT_EQ(csv[1], "1,128,128,100.000,1.0000,100.000,120.000,0.1000,0.0000,0.3000,0.4000,0.2000,0.0000,1,0.000");
+  EXPECT_EQ(csv[3], "4,128,32,200.000,0.5000,25.000,30.000,0.1000,0.0000,0.3000,0.4000,0.2000,0.0000,1,0.000");
 }
 
 // Every opening tag is closed in order (self-closing tags count as both); no stray '&' or '<'.

@@ -4,9 +4,7 @@
 // killed; a process of another config or without the token is refused while the run goes on;
 // mpirun (OpenMPI) launches them.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
@@ -16,8 +14,10 @@
 #include <filesystem>
 #include <algorithm>
 #include <fstream>
+#include <sstream>
 #include <vector>
 
+#include "tests/support/ports.h"
 #include "tests/tools/trainer_cli_test_util.h"
 
 namespace tandem::tools {
@@ -25,18 +25,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::read_text;
+using tandem::testing::free_port;
 
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
 
 class TrainerProcessesTest : public ::testing::Test {
  protected:
@@ -240,6 +230,31 @@ TEST_F(TrainerProcessesTest, MpirunLaunchesTheProcesses) {
   const std::string said = read_text(dir_ / "mpirun.log");
   EXPECT_NE(said.find("(from OpenMPI)"), std::string::npos) << said;
   EXPECT_TRUE(weights("mpi", 6) == weights("one", 6)) << "mpirun's 2 processes differ from 1 process x 2";
+}
+
+TEST_F(TrainerProcessesTest, ScalingStartsProcessesAndReportsTheTimeAcrossThem) {
+  write_config("run.yaml", 8);
+  const fs::path out = dir_ / "scaling";
+  const std::string command =
+      fmt::format("{} scaling --config {} --replicas 1,2 --processes 2 --steps 12 --mode weak --out {}",
+                  testing::kTrainer, (dir_ / "run.yaml").string(), out.string());
+  ASSERT_EQ(testing::run_trainer_command(command, dir_ / "scaling.log"), 0) << read_text(dir_ / "scaling.log");
+  const std::string said = read_text(dir_ / "scaling.log");
+  EXPECT_NE(said.find("2 replicas (2 processes x 1)"), std::string::npos) << said;
+  EXPECT_NE(said.find("4 replicas (2 processes x 2)"), std::string::npos) << said;
+  std::istringstream csv(read_text(out / "scaling.csv"));
+  std::string header, line;
+  std::getline(csv, header);
+  EXPECT_TRUE(header.ends_with(",processes,inter_process_ms")) << header;
+  int rows = 0;
+  while (std::getline(csv, line)) {
+    ++rows;
+    const size_t last = line.rfind(','), before = line.rfind(',', last - 1);
+    EXPECT_EQ(line.substr(before + 1, last - before - 1), "2") << line;
+    EXPECT_GT(std::stod(line.substr(last + 1)), 0.0) << "time in Gloo per step: " << line;
+  }
+  EXPECT_EQ(rows, 2);
+  EXPECT_TRUE(fs::exists(out / "process-1.log"));
 }
 
 }  // namespace

@@ -84,6 +84,8 @@ nlohmann::json run_summary_json(const train::RunSummary& s) {
       {"input_bound_verdict", train::input_bound_verdict(total > 0 ? b.input_wait / total : 0.0)},
       {"final_metrics", final_metrics},
       {"replicas", s.replicas},
+      {"processes", s.processes},
+      {"inter_process_ms_per_step", s.inter_process_ms_per_step},
       {"global_batch_size", s.global_batch_size},
       {"per_replica_batch_size", s.per_replica_batch_size},
       {"device", s.device},

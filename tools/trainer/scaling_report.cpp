@@ -95,31 +95,36 @@ std::string scaling_markdown(const std::vector<ScalingRow>& rows, const std::str
   std::string out = fmt::format(
       "{} scaling\n\n"
       "| Replicas | Global batch | Per-replica batch | Images/s | Efficiency | Step p50 ms | Step p95 ms "
-      "| Input | Copy | Forward | Backward | All-reduce | Optimizer |\n"
-      "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+      "| Input | Copy | Forward | Backward | All-reduce | Optimizer | Processes | Inter-process ms |\n"
+      "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
       mode == "weak" ? "Weak (fixed per-replica batch)" : "Strong (fixed global batch)");
   for (const auto& r : rows) {
     const auto& b = r.breakdown;
-    out += fmt::format("| {} | {} | {} | {:.1f} | {} | {:.1f} | {:.1f} | {} | {} | {} | {} | {} | {} |\n", r.replicas,
-                       r.global_batch, r.per_replica_batch, r.images_per_sec, pct(r.efficiency), r.step_p50_ms,
-                       r.step_p95_ms, pct(phase_share(b, b.input_wait)), pct(phase_share(b, b.copy)),
+    out += fmt::format("| {} | {} | {} | {:.1f} | {} | {:.1f} | {:.1f} | {} | {} | {} | {} | {} | {} | {} | {:.2f} |\n",
+                       r.replicas, r.global_batch, r.per_replica_batch, r.images_per_sec, pct(r.efficiency),
+                       r.step_p50_ms, r.step_p95_ms, pct(phase_share(b, b.input_wait)), pct(phase_share(b, b.copy)),
                        pct(phase_share(b, b.forward)), pct(phase_share(b, b.backward)),
-                       pct(phase_share(b, b.all_reduce)), pct(phase_share(b, b.optimizer)));
+                       pct(phase_share(b, b.all_reduce)), pct(phase_share(b, b.optimizer)), r.processes,
+                       r.inter_process_ms);
   }
+  out += "\nAll-reduce: the step's wait for the gradients, inside the process and across. Inter-process ms: "
+         "replica 0's time per step in collectives across processes (Gloo), part of that wait where it is not "
+         "hidden behind backward.\n";
   return out;
 }
 
 std::string scaling_csv(const std::vector<ScalingRow>& rows) {
   std::string out =
       "replicas,global_batch,per_replica_batch,images_per_sec,efficiency,step_p50_ms,step_p95_ms,"
-      "input_wait_share,copy_share,forward_share,backward_share,all_reduce_share,optimizer_share\n";
+      "input_wait_share,copy_share,forward_share,backward_share,all_reduce_share,optimizer_share,processes,"
+      "inter_process_ms\n";
   for (const auto& r : rows) {
     const auto& b = r.breakdown;
-    out += fmt::format("{},{},{},{:.3f},{:.4f},{:.3f},{:.3f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f}\n", r.replicas,
-                       r.global_batch, r.per_replica_batch, r.images_per_sec, r.efficiency, r.step_p50_ms,
+    out += fmt::format("{},{},{},{:.3f},{:.4f},{:.3f},{:.3f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{:.4f},{},{:.3f}\n",
+                       r.replicas, r.global_batch, r.per_replica_batch, r.images_per_sec, r.efficiency, r.step_p50_ms,
                        r.step_p95_ms, phase_share(b, b.input_wait), phase_share(b, b.copy),
                        phase_share(b, b.forward), phase_share(b, b.backward), phase_share(b, b.all_reduce),
-                       phase_share(b, b.optimizer));
+                       phase_share(b, b.optimizer), r.processes, r.inter_process_ms);
   }
   return out;
 }

@@ -12,7 +12,9 @@
 namespace tandem::tools {
 
 struct ScalingRow {
-  int replicas = 1;
+  int replicas = 1;   // of every process
+  int processes = 1;
+  double inter_process_ms = 0;  // per step, in collectives across processes (RunSummary's)
   int64_t global_batch = 0, per_replica_batch = 0;
   double images_per_sec = 0;  // images / wall time after warm-up (RunSummary's)
   double step_p50_ms = 0, step_p95_ms = 0;

@@ -1,9 +1,18 @@
-// `trainer scaling --config FILE --replicas 1,2,4,8 [--mode strong|weak] [--steps N]`: trains
-// the same config briefly at each replica count (no evaluation, TensorBoard or CSV) and reports
-// throughput, step times, the step-time breakdown and efficiency as markdown, CSV and SVG.
+// `trainer scaling --config FILE --replicas 1,2,4,8 [--mode strong|weak] [--steps N]
+// [--processes P]`: trains the same config briefly at each replica count (no evaluation,
+// TensorBoard or CSV) and reports throughput, step times, the step-time breakdown and efficiency
+// as markdown, CSV and SVG. Under a launcher (mpirun, srun, RANK/WORLD_SIZE), or with --processes
+// P on this machine, each replica count is per process, over every process, and the report shows
+// the time in collectives across processes apart.
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 
@@ -23,6 +32,7 @@ struct ScalingArgs {
   int64_t steps = 30;
   std::vector<std::string> overrides;
   std::string out;
+  int processes = 1;  // launch this many processes here (when no launcher did)
 };
 
 // What every run shares: the devices kind and the batch held fixed across replica counts.
@@ -84,20 +94,81 @@ RunConfig config_for(const ScalingArgs& args, const Baseline& base, int replicas
   return config;
 }
 
-ScalingRow run_one(const ScalingArgs& args, const Baseline& base, int replicas, const std::filesystem::path& out) {
-  std::filesystem::path dir = out / fmt::format("replicas-{}", replicas);
-  std::filesystem::create_directories(dir);
-  RunConfig config = config_for(args, base, replicas, dir);
-  distribute::ReplicaPlan plan = plan_for(config.train);
-  spdlog::info("scaling ({}): {}", args.mode, plan.describe());
-  train::Trainer trainer(make_trainer_setup(config, plan, dir));
+// One replica count (per process); processes: this process's place in the run of that count.
+ScalingRow run_one(const ScalingArgs& args, const Baseline& base, int replicas, const std::filesystem::path& out,
+                   const distribute::ProcessGroupSpec& processes) {
+  std::filesystem::path dir = out / fmt::format("replicas-{}", replicas * processes.size);
+  if (processes.rank == 0) std::filesystem::create_directories(dir);
+  RunConfig config = config_for(args, base, replicas * processes.size, dir);
+  config.train.device.devices = base.cpu ? fmt::format("cpu:{}", replicas) : gpu_list(replicas);
+  distribute::ReplicaPlan plan = plan_for(config.train, processes);
+  if (processes.rank == 0) spdlog::info("scaling ({}): {}", args.mode, plan.describe());
+  train::TrainerSetup setup = make_trainer_setup(config, plan, dir);
+  setup.processes = processes;
+  train::Trainer trainer(std::move(setup));
   train::RunSummary s = trainer.run();
-  ScalingRow row{.replicas = s.replicas, .global_batch = s.global_batch_size,
-                 .per_replica_batch = s.per_replica_batch_size, .images_per_sec = s.images_per_sec,
-                 .step_p50_ms = s.step_time_p50_ms, .step_p95_ms = s.step_time_p95_ms, .breakdown = s.breakdown};
-  spdlog::info("scaling: {} replicas, {:.1f} images/s, step p50 {:.1f} ms; {}", replicas, s.images_per_sec,
-               s.step_time_p50_ms, s.breakdown.describe(s.timed_steps));
+  ScalingRow row{.replicas = s.replicas, .processes = processes.size, .inter_process_ms = s.inter_process_ms_per_step,
+                 .global_batch = s.global_batch_size, .per_replica_batch = s.per_replica_batch_size,
+                 .images_per_sec = s.images_per_sec, .step_p50_ms = s.step_time_p50_ms,
+                 .step_p95_ms = s.step_time_p95_ms, .breakdown = s.breakdown};
+  if (processes.rank == 0) {
+    spdlog::info("scaling: {} replicas, {:.1f} images/s, step p50 {:.1f} ms; {}", s.replicas, s.images_per_sec,
+                 s.step_time_p50_ms, s.breakdown.describe(s.timed_steps));
+  }
   return row;
+}
+
+// Set in the processes --processes starts, which run the same command line without starting more.
+constexpr const char* kChildVariable = "TANDEM_SCALING_CHILD";
+
+// --processes P on this machine: processes 1..P-1 are this program again, told their rank by the
+// torchrun-style variables (and this process becomes rank 0); their logs go to out/process-K.log.
+std::vector<pid_t> launch_local_processes(int processes, const std::filesystem::path& out) {
+  std::ifstream cmdline("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> words;
+  for (std::string word; std::getline(cmdline, word, '\0');) words.push_back(word);
+  TANDEM_CHECK(!words.empty(), ErrorCode::kInternal, "scaling: cannot read /proc/self/cmdline to start processes");
+  const int port = distribute::kDefaultRendezvousPort + static_cast<int>(::getpid() % 1000) * 16;
+  ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+  ::setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+  ::setenv("WORLD_SIZE", std::to_string(processes).c_str(), 1);
+  std::vector<pid_t> children;
+  for (int rank = 1; rank < processes; ++rank) {
+    const std::string log = (out / fmt::format("process-{}.log", rank)).string();
+    pid_t pid = ::fork();
+    TANDEM_CHECK(pid >= 0, ErrorCode::kUnavailable, "scaling: fork for process {} failed: {}", rank,
+                 std::strerror(errno));
+    if (pid == 0) {
+      ::setenv("RANK", std::to_string(rank).c_str(), 1);
+      ::setenv(kChildVariable, "1", 1);
+      int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd >= 0) {
+        ::dup2(fd, 1);
+        ::dup2(fd, 2);
+      }
+      std::vector<char*> argv;
+      for (std::string& w : words) argv.push_back(w.data());
+      argv.push_back(nullptr);
+      ::execv("/proc/self/exe", argv.data());
+      ::_exit(127);
+    }
+    children.push_back(pid);
+  }
+  ::setenv("RANK", "0", 1);
+  spdlog::info("scaling: started {} more process(es) here, rendezvous at 127.0.0.1:{}; their logs: {}/process-K.log",
+               processes - 1, port, out.string());
+  return children;
+}
+
+// Waits for the processes --processes started; an error names one that failed.
+void wait_local_processes(const std::vector<pid_t>& children, const std::filesystem::path& out) {
+  for (size_t i = 0; i < children.size(); ++i) {
+    int status = 0;
+    ::waitpid(children[i], &status, 0);
+    TANDEM_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, ErrorCode::kAborted,
+                 "scaling: process {} ended with status {}; see {}", i + 1, status,
+                 (out / fmt::format("process-{}.log", i + 1)).string());
+  }
 }
 
 void write_text(const std::filesystem::path& path, const std::string& text) {
@@ -112,15 +183,36 @@ int run_scaling(const ScalingArgs& args) {
   for (int r : args.replicas) {
     TANDEM_CHECK(r >= 1, ErrorCode::kInvalidArgument, "scaling: replica count {} is not positive", r);
   }
-  std::filesystem::path out = make_run_dir(args.config, args.out, "runs");
   RunConfig first = load_run_config(args.config, args.overrides);
   TANDEM_CHECK(args.steps > first.train.loop.warmup_steps_for_timing, ErrorCode::kInvalidArgument,
                "scaling: --steps {} leaves no timed steps after the {} warm-up steps", args.steps,
                first.train.loop.warmup_steps_for_timing);
-  ensure_data(first);
+  TANDEM_CHECK(args.processes >= 1, ErrorCode::kInvalidArgument, "scaling: --processes {} is not positive",
+               args.processes);
+  const auto env = distribute::process_environment();
+  const auto request = train::process_group_request(first.train);
+  distribute::ProcessGroupSpec processes = distribute::resolve_process_group(request, env);
+  // Only process 0 writes the report; the others need no directory.
+  std::filesystem::path out =
+      processes.rank == 0 ? make_run_dir(args.config, args.out, "runs") : std::filesystem::path(args.out);
+  std::vector<pid_t> children;
+  if (args.processes > 1 && !env(kChildVariable)) {
+    TANDEM_CHECK(!processes.multi_process(), ErrorCode::kInvalidArgument,
+                 "scaling: --processes {} starts processes here, but {} started {} already: drop --processes",
+                 args.processes, processes.source, processes.size);
+    children = launch_local_processes(args.processes, out);
+    processes = distribute::resolve_process_group(request, env);
+  }
+  if (processes.rank == 0) ensure_data(first);
   Baseline base = baseline_for(args);
   std::vector<ScalingRow> rows;
-  for (int r : args.replicas) rows.push_back(run_one(args, base, r, out));
+  for (size_t i = 0; i < args.replicas.size(); ++i) {
+    distribute::ProcessGroupSpec row = processes;
+    row.port += static_cast<int>(i);  // each run its own rendezvous: no process joins the last one's
+    rows.push_back(run_one(args, base, args.replicas[i], out, row));
+  }
+  wait_local_processes(children, out);
+  if (processes.rank != 0) return 0;
   fill_efficiency(rows);
   std::string table = scaling_markdown(rows, args.mode);
   std::cout << "\n" << table << std::flush;
@@ -143,6 +235,9 @@ void add_scaling_verb(CLI::App& app, int& exit_code) {
   verb->add_option("--steps", args->steps, "Training steps per replica count (default 30)");
   verb->add_option("--set", args->overrides, "Override a config key (repeatable)");
   verb->add_option("--out", args->out, "Output directory (default: runs/<config name>-<time>)");
+  verb->add_option("--processes", args->processes,
+                   "Processes to start here, each with the replica counts above (default 1; under mpirun, srun or "
+                   "RANK/WORLD_SIZE the launcher's)");
   verb->callback([&exit_code, args] { exit_code = run_scaling(*args); });
 }
 

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <mutex>
 
@@ -47,11 +48,36 @@ void throw_nccl_error(ncclResult_t status, std::string_view call, const std::str
                                             ncclGetErrorString(status), values.empty() ? "" : "; " + values));
 }
 
-NcclCollectives::NcclCollectives(std::vector<int> devices) : devices_(std::move(devices)) {
+NcclCollectives::NcclCollectives(std::vector<int> devices)
+    : devices_(std::move(devices)), total_ranks_(static_cast<int>(devices_.size())) {
   TANDEM_CHECK(!devices_.empty(), ErrorCode::kInvalidArgument, "NCCL collectives need at least one device");
   comms_.resize(devices_.size(), nullptr);
   TANDEM_NCCL_CHECK(ncclCommInitAll(comms_.data(), world_size(), devices_.data()), "{} device(s): {}",
                     devices_.size(), fmt::join(devices_, ", "));
+  for (int d : devices_) streams_.push_back(std::make_unique<CudaStream>(d));
+}
+
+NcclCollectives::NcclCollectives(std::vector<int> devices, const ncclUniqueId& id, int total_ranks, int first_rank)
+    : devices_(std::move(devices)), total_ranks_(total_ranks), first_rank_(first_rank) {
+  TANDEM_CHECK(!devices_.empty() && first_rank >= 0 && first_rank + world_size() <= total_ranks,
+               ErrorCode::kInvalidArgument, "NCCL ranks {} to {} of {} over {} device(s)", first_rank,
+               first_rank + world_size() - 1, total_ranks, devices_.size());
+  comms_.resize(devices_.size(), nullptr);
+  // One process initialising several ranks must group the calls: each waits for the others.
+  TANDEM_NCCL_CHECK(ncclGroupStart(), "");
+  try {
+    for (size_t i = 0; i < devices_.size(); ++i) {
+      DeviceGuard guard(devices_[i]);
+      const int rank = first_rank + static_cast<int>(i);
+      TANDEM_NCCL_CHECK(ncclCommInitRank(&comms_[i], total_ranks, id, rank), "rank {} of {} on cuda:{}", rank,
+                        total_ranks, devices_[i]);
+    }
+  } catch (...) {
+    (void)ncclGroupEnd();
+    throw;
+  }
+  TANDEM_NCCL_CHECK(ncclGroupEnd(), "ranks {} to {} of {} on cuda:{}", first_rank, first_rank + world_size() - 1,
+                    total_ranks, fmt::join(devices_, ", cuda:"));
   for (int d : devices_) streams_.push_back(std::make_unique<CudaStream>(d));
 }
 
@@ -146,28 +172,64 @@ void NcclCollectives::abort() noexcept {
 
 }  // namespace tandem::cuda
 
-extern "C" __attribute__((visibility("default"))) int tandem_cuda_nccl_create(
-    int abi_version, const int* devices, int count, tandem::backend::DeviceCollectives** out, char* error,
-    size_t error_size) {
-  auto write_error = [&](const char* text) {
-    if (error != nullptr && error_size > 0) std::snprintf(error, error_size, "%s", text);
+namespace {
+
+// No exception crosses dlsym: every entry point reports in error and a return code.
+template <typename F>
+int guarded_entry(int abi_version, char* error, size_t error_size, F&& body) {
+  auto write_error = [&](const std::string& text) {
+    if (error != nullptr && error_size > 0) std::snprintf(error, error_size, "%s", text.c_str());
   };
-  if (out == nullptr || devices == nullptr || count <= 0) {
-    write_error("tandem_cuda_nccl_create: no output, or no devices");
-    return 2;
-  }
   if (abi_version != kTandemNcclAbi) {
     write_error(fmt::format("NCCL ABI mismatch: the engine speaks version {}, this plugin {}; rebuild both",
-                            abi_version, kTandemNcclAbi).c_str());
+                            abi_version, kTandemNcclAbi));
     return 1;
   }
   try {
-    *out = new tandem::cuda::NcclCollectives(std::vector<int>(devices, devices + count));
+    body();
     return 0;
   } catch (const std::exception& e) {
     write_error(e.what());
   } catch (...) {
-    write_error("unknown exception creating NCCL communicators");
+    write_error("unknown exception in the NCCL entry point");
   }
   return 1;
+}
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) int tandem_cuda_nccl_create(
+    int abi_version, const int* devices, int count, tandem::backend::DeviceCollectives** out, char* error,
+    size_t error_size) {
+  return guarded_entry(abi_version, error, error_size, [&] {
+    TANDEM_CHECK(out != nullptr && devices != nullptr && count > 0, tandem::ErrorCode::kInvalidArgument,
+                 "tandem_cuda_nccl_create: no output, or no devices");
+    *out = new tandem::cuda::NcclCollectives(std::vector<int>(devices, devices + count));
+  });
+}
+
+
+static_assert(sizeof(ncclUniqueId) == kTandemNcclUniqueIdBytes, "NCCL_UNIQUE_ID_BYTES changed");
+
+extern "C" __attribute__((visibility("default"))) int tandem_cuda_nccl_unique_id(int abi_version, char* id,
+                                                                                 char* error, size_t error_size) {
+  return guarded_entry(abi_version, error, error_size, [&] {
+    TANDEM_CHECK(id != nullptr, tandem::ErrorCode::kInvalidArgument, "tandem_cuda_nccl_unique_id: no output");
+    ncclUniqueId unique;
+    TANDEM_NCCL_CHECK(ncclGetUniqueId(&unique), "");
+    std::memcpy(id, unique.internal, sizeof unique.internal);
+  });
+}
+
+extern "C" __attribute__((visibility("default"))) int tandem_cuda_nccl_create_ranks(
+    int abi_version, const char* id, int total_ranks, int first_rank, const int* devices, int count,
+    tandem::backend::DeviceCollectives** out, char* error, size_t error_size) {
+  return guarded_entry(abi_version, error, error_size, [&] {
+    TANDEM_CHECK(id != nullptr && out != nullptr && devices != nullptr && count > 0, tandem::ErrorCode::kInvalidArgument,
+                 "tandem_cuda_nccl_create_ranks: no id, no output, or no devices");
+    ncclUniqueId unique;
+    std::memcpy(unique.internal, id, sizeof unique.internal);
+    *out = new tandem::cuda::NcclCollectives(std::vector<int>(devices, devices + count), unique, total_ranks,
+                                             first_rank);
+  });
 }

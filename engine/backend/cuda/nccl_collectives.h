@@ -31,11 +31,15 @@ void check_nccl(ncclResult_t status, std::string_view call, fmt::format_string<A
 class NcclCollectives final : public backend::DeviceCollectives {
  public:
   explicit NcclCollectives(std::vector<int> devices);
+  // This process's ranks first_rank.. of total_ranks, over devices, joined through process 0's id.
+  NcclCollectives(std::vector<int> devices, const ncclUniqueId& id, int total_ranks, int first_rank);
   ~NcclCollectives() override;
   NcclCollectives(const NcclCollectives&) = delete;
   NcclCollectives& operator=(const NcclCollectives&) = delete;
 
   int world_size() const override { return static_cast<int>(devices_.size()); }
+  int total_ranks() const override { return total_ranks_; }
+  int first_rank() const override { return first_rank_; }
   int device(int rank) const override;
   Stream& stream(int rank) override;
   void all_reduce(int rank, float* data, size_t count, bool average) override;
@@ -48,6 +52,8 @@ class NcclCollectives final : public backend::DeviceCollectives {
   void check_rank(int rank) const;
 
   std::vector<int> devices_;
+  int total_ranks_ = 0;
+  int first_rank_ = 0;
   std::vector<ncclComm_t> comms_;
   std::vector<std::unique_ptr<CudaStream>> streams_;
   // abort() comes from whichever replica thread's watchdog fires first, while the others may be
