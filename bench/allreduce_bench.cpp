@@ -1,6 +1,9 @@
 // CPU all-reduce across R replica threads (CpuCommunicator) for 1 MiB to 64 MiB, beside memcpy of
 // the same size measured in the same run: algbw = bytes / time, as nccl-tests reports it, and its
-// ratio to one thread's memcpy bandwidth. Usage: allreduce_bench [max_replicas (default 4)]
+// ratio to one thread's memcpy bandwidth. Then the same all-reduce across 2 processes of one rank
+// each over Gloo (TCP on 127.0.0.1; the processes are threads with their own sockets here),
+// beside 2 ranks in one process: what the scaling model of docs/DISTRIBUTE.md takes as measured.
+// Usage: allreduce_bench [max_replicas (default 4)]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -10,6 +13,7 @@
 #include <vector>
 
 #include "engine/distribute/cpu_communicator.h"
+#include "engine/distribute/process_link.h"
 
 namespace {
 
@@ -57,6 +61,36 @@ double allreduce_seconds(int ranks, size_t bytes, int iterations) {
   return *std::min_element(per_round.begin(), per_round.end());
 }
 
+// Seconds per all-reduce across `processes` processes of one rank each, on Gloo over loopback.
+double across_processes_seconds(int processes, size_t bytes, int iterations, int port) {
+  const auto n = static_cast<int64_t>(bytes / sizeof(float));
+  double best = 0;
+  std::vector<std::thread> threads;
+  for (int p = 0; p < processes; ++p) {
+    threads.emplace_back([&, p] {
+      dist::ProcessLinkOptions o;
+      o.spec = {.rank = p, .size = processes, .address = "127.0.0.1", .port = port, .source = "bench"};
+      o.identity = {"bench", "1", ""};
+      dist::ProcessLink link(o);
+      dist::CpuCommunicatorGroup group(1, {}, link, false);
+      Tensor x = Tensor::zeros({n});
+      dist::Communicator& comm = group.communicator(0);
+      comm.all_reduce(x, dist::ReduceOp::kSum);
+      double mine = 1e30;
+      for (int round = 0; round < 3; ++round) {
+        comm.all_reduce(x, dist::ReduceOp::kSum);
+        auto t = Clock::now();
+        for (int i = 0; i < iterations; ++i) comm.all_reduce(x, dist::ReduceOp::kSum);
+        mine = std::min(mine, seconds_since(t) / iterations);
+      }
+      if (p == 0) best = mine;
+      link.goodbye();
+    });
+  }
+  for (auto& t : threads) t.join();
+  return best;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -73,6 +107,21 @@ int main(int argc, char** argv) {
       double algbw = static_cast<double>(bytes) / s / 1e9;
       std::printf("%4zu MiB %6d %12.3f %12.2f %14.2f %8.2f\n", mib, ranks, s * 1e3, algbw, copy, algbw / copy);
     }
+  }
+  if (!dist::ProcessLink::available()) {
+    std::printf("\nacross processes: this build has no Gloo (apt-get install libgloo-dev)\n");
+    return 0;
+  }
+  std::printf("\nall-reduce across 2 processes (Gloo, TCP over 127.0.0.1) beside 2 ranks in one process\n");
+  std::printf("%-8s %14s %14s %16s %8s\n", "size", "gloo ms", "gloo GB/s", "in-process GB/s", "ratio");
+  int port = 29500 + static_cast<int>(std::chrono::steady_clock::now().time_since_epoch().count() % 5000);
+  for (size_t mib : {1, 4, 16, 64}) {
+    size_t bytes = mib << 20;
+    int iterations = static_cast<int>(std::max<size_t>(4, (128u << 20) / bytes));
+    double inside = static_cast<double>(bytes) / allreduce_seconds(2, bytes, iterations) / 1e9;
+    double s = across_processes_seconds(2, bytes, iterations, port++);
+    double gbps = static_cast<double>(bytes) / s / 1e9;
+    std::printf("%4zu MiB %14.3f %14.2f %16.2f %8.2f\n", mib, s * 1e3, gbps, inside, gbps / inside);
   }
   return 0;
 }

@@ -37,6 +37,8 @@ train::RunSummary sample_summary() {
   s.epochs = 3;
   s.final_metrics = {{"train_loss", 0.25}, {"eval_loss", 0.3}, {"eval_top1", 0.915}, {"eval_top5", 0.998}};
   s.replicas = 2;
+  s.processes = 2;
+  s.inter_process_ms_per_step = 1.75;
   s.global_batch_size = 256;
   s.per_replica_batch_size = 128;
   s.device = "cpu";
@@ -74,6 +76,8 @@ TEST(RunSummaryTest, EveryFieldReadsBack) {
   EXPECT_EQ(m.at("eval_top1").get<double>(), 0.915);
   EXPECT_EQ(m.at("eval_top5").get<double>(), 0.998);
   EXPECT_EQ(j.at("replicas").get<int>(), 2);
+  EXPECT_EQ(j.at("processes").get<int>(), 2);
+  EXPECT_EQ(j.at("inter_process_ms_per_step").get<double>(), 1.75);
   EXPECT_EQ(j.at("global_batch_size").get<int64_t>(), 256);
   EXPECT_EQ(j.at("per_replica_batch_size").get<int64_t>(), 128);
   EXPECT_EQ(j.at("device").get<std::string>(), "cpu");
@@ -82,7 +86,7 @@ TEST(RunSummaryTest, EveryFieldReadsBack) {
   EXPECT_EQ(j.at("dropped_examples").get<int64_t>(), 96);
   EXPECT_EQ(j.at("wall_time_s").get<double>(), 812.5);
   EXPECT_EQ(j.at("stop_signal").get<int>(), 15);
-  EXPECT_EQ(j.size(), 15u) << j.dump(2);
+  EXPECT_EQ(j.size(), 17u) << j.dump(2);
 }
 
 TEST(RunSummaryTest, MetricsNotMeasuredAreLeftOutAndNaNIsNull) {

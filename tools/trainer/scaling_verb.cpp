@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -121,6 +122,23 @@ ScalingRow run_one(const ScalingArgs& args, const Baseline& base, int replicas, 
 // Set in the processes --processes starts, which run the same command line without starting more.
 constexpr const char* kChildVariable = "TANDEM_SCALING_CHILD";
 
+// Each of P processes on this machine gets its own share of the cores, as on a node of its own
+// (and its replicas as many threads as there): process `rank` takes cores rank x k .. of k each.
+void pin_to_share(int rank, int processes) {
+  cpu_set_t all;
+  if (::sched_getaffinity(0, sizeof all, &all) != 0) return;
+  std::vector<int> cores;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &all)) cores.push_back(c);
+  }
+  const int share = static_cast<int>(cores.size()) / processes;
+  if (share < 1) return;  // fewer cores than processes: they share them all
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  for (int i = rank * share; i < (rank + 1) * share; ++i) CPU_SET(cores[static_cast<size_t>(i)], &mine);
+  ::sched_setaffinity(0, sizeof mine, &mine);
+}
+
 // --processes P on this machine: processes 1..P-1 are this program again, told their rank by the
 // torchrun-style variables (and this process becomes rank 0); their logs go to out/process-K.log.
 std::vector<pid_t> launch_local_processes(int processes, const std::filesystem::path& out) {
@@ -141,6 +159,7 @@ std::vector<pid_t> launch_local_processes(int processes, const std::filesystem::
     if (pid == 0) {
       ::setenv("RANK", std::to_string(rank).c_str(), 1);
       ::setenv(kChildVariable, "1", 1);
+      pin_to_share(rank, processes);
       int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
       if (fd >= 0) {
         ::dup2(fd, 1);
@@ -155,6 +174,7 @@ std::vector<pid_t> launch_local_processes(int processes, const std::filesystem::
     children.push_back(pid);
   }
   ::setenv("RANK", "0", 1);
+  pin_to_share(0, processes);
   spdlog::info("scaling: started {} more process(es) here, rendezvous at 127.0.0.1:{}; their logs: {}/process-K.log",
                processes - 1, port, out.string());
   return children;
