@@ -7,13 +7,15 @@
 #include <set>
 #include <thread>
 
+#include "engine/distribute/bootstrap/client.h"
 #include "engine/train/classification_task.h"
+#include "engine/train/processes.h"
 #include "engine/train/progress.h"
 #include "engine/train/replica.h"
-#include "engine/distribute/bootstrap/client.h"
-#include "engine/train/processes.h"
 
 namespace tandem::train {
+
+namespace bootstrap = distribute::bootstrap;
 
 int64_t Trainer::Shared::total_steps() const {
   const LoopConfig& loop = setup.config.loop;
@@ -106,22 +108,30 @@ void open_gpu_monitor(Trainer::Shared& s) {
 }
 
 // The checkpoint to resume from. Process 0 decides (resume: auto may see another newest one than a
-// process started a moment later) and tells the others through the rendezvous.
+// process started a moment later) and tells the others through the rendezvous: "path:<dir>",
+// "none", or why it could not ("error:<message>"), so that nobody waits for an answer that never comes.
 std::optional<std::filesystem::path> agreed_resume(Trainer::Shared& s) {
   const std::string& resume = s.setup.config.checkpoint.resume;
   if (!s.link) return resolve_resume(resume, *s.checkpoints);
+  bootstrap::Client& rendezvous = s.link->rendezvous();
   if (s.link->rank() == 0) {
-    auto path = resolve_resume(resume, *s.checkpoints);
-    s.link->rendezvous().set("resume-step", path ? std::to_string(validate_checkpoint(*path).step) : "none");
-    return path;
+    try {
+      auto path = resolve_resume(resume, *s.checkpoints);
+      rendezvous.set("resume", path ? "path:" + std::filesystem::absolute(*path).string() : std::string("none"));
+      return path;
+    } catch (const Error& e) {
+      rendezvous.set("resume", std::string("error:") + e.what());
+      throw;
+    }
   }
-  const std::string step = s.link->rendezvous().get("resume-step");
-  if (step == "none") return std::nullopt;
-  auto path = s.checkpoints->path_for_step(std::stoll(step));
+  const std::string said = rendezvous.get("resume");
+  if (said == "none") return std::nullopt;
+  TANDEM_CHECK(!said.starts_with("error:"), ErrorCode::kAborted, "process 0 could not resume: {}", said.substr(6));
+  std::filesystem::path path = said.substr(5);
   TANDEM_CHECK(std::filesystem::exists(path / CheckpointManager::kMetaFile), ErrorCode::kNotFound,
-               "process 0 resumes from the checkpoint of step {}, but process {} cannot read {}: checkpoint.dir must "
-               "be on a filesystem every process reads (or copy it there), and --run-dir the same on every process",
-               step, s.link->rank(), path.string());
+               "process 0 resumes from {}, but process {} cannot read it: checkpoint.dir must be on a filesystem "
+               "every process reads (or copied there), and --run-dir the same on every process",
+               path.string(), s.link->rank());
   return path;
 }
 

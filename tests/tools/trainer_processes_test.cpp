@@ -186,6 +186,17 @@ TEST_F(TrainerProcessesTest, TwoProcessesResumeAsOneProcessOfTheSameReplicas) {
   EXPECT_TRUE(weights("one", 8) == weights("two", 8));
 }
 
+TEST_F(TrainerProcessesTest, AResumePointProcessZeroCannotUseStopsEveryProcessAtOnce) {
+  write_config("run.yaml", 4, "{watchdog_timeout_s: 120}");
+  const auto start = std::chrono::steady_clock::now();
+  const std::string missing = (dir_ / "no-such-checkpoint").string();
+  EXPECT_EQ(run_together("run.yaml", "run", 2, 1, "--set checkpoint.resume=" + missing), (std::vector<int>{1, 1}));
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 60.0)
+      << "not the watchdog's 120 s";
+  EXPECT_NE(log("run", 0).find(missing), std::string::npos) << log("run", 0);
+  EXPECT_NE(log("run", 1).find("process 0 could not resume"), std::string::npos) << log("run", 1);
+}
+
 TEST_F(TrainerProcessesTest, AProcessOfAnotherConfigOrWithoutTheTokenIsRefusedAndTheRunGoesOn) {
   write_config("run.yaml", 6);
   const int port = free_port();
