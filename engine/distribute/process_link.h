@@ -51,6 +51,7 @@ class ProcessLink {
   // out = every process's `bytes` bytes of in, in process order.
   void all_gather(int channel, const void* in, void* out, size_t bytes);
   void broadcast(int channel, void* data, size_t bytes, int root);
+  void barrier(int channel);
 
   // After a failed collective: "gone: process 1 on host-b (pid 42, replicas 2 to 3) left without
   // a word", or, when none left, which processes did not reach the collective (stalled).

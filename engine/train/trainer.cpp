@@ -240,7 +240,11 @@ RunSummary Trainer::run() {
   for (auto& t : threads) t.join();
   finish_progress_line();
   if (s.first_error) std::rethrow_exception(s.first_error);
-  if (s.link) s.link->goodbye();
+  if (s.link) {
+    // Nobody leaves (process 0 takes the rendezvous with it) while another may still need it.
+    s.link->barrier(0);
+    s.link->goodbye();
+  }
   if (s.setup.processes.rank != 0) return s.summary;  // process 0 reports the run
   for (const auto& callback : s.setup.callbacks) callback->on_train_end(s.summary);
   return s.summary;

@@ -130,7 +130,7 @@ Results run_collectives(int processes, int local, bool ordered, int64_t n) {
   Results out;
   out.reduced.resize(static_cast<size_t>(world));
   out.averaged = out.broadcast = out.gathered = out.reduced;
-  auto body = [&](CpuCommunicatorGroup& group, int base) {
+  auto body = [&](CpuCommunicatorGroup& group, int base, ProcessLink* link) {
     expect_no_errors(run_ranks(local, [&](int l) {
       CpuCommunicator& c = group.communicator(l);
       const int g = base + l;
@@ -149,10 +149,11 @@ Results run_collectives(int processes, int local, bool ordered, int64_t n) {
       c.all_gather(Tensor::from_vector(values(g, 3), Shape{3}), all);
       out.gathered[static_cast<size_t>(g)] = all.to_vector();
     }));
+    if (link != nullptr) link->barrier(0);  // every process is through before any leaves
   };
   if (processes == 1) {
     CpuCommunicatorGroup group(world, CommunicatorOptions{std::chrono::seconds(20)});
-    body(group, 0);
+    body(group, 0, nullptr);
     return out;
   }
   const int port = free_port();
@@ -164,7 +165,7 @@ Results run_collectives(int processes, int local, bool ordered, int64_t n) {
     o.timeout = std::chrono::seconds(20);
     ProcessLink link(o);
     CpuCommunicatorGroup group(local, CommunicatorOptions{std::chrono::seconds(20)}, link, ordered);
-    body(group, p * local);
+    body(group, p * local, &link);
   }));
   return out;
 }

@@ -124,6 +124,18 @@ int64_t newest_checkpoint(const fs::path& run) {
   return newest;
 }
 
+TEST_F(TrainerProcessesTest, SyncBatchNormAcrossTwoProcessesEqualsOneProcessOfTwo) {
+  // small_cnn's BatchNorm statistics over the global batch: the per-batch sums cross processes.
+  write_config("run.yaml", 6, "{sync_batchnorm: true}");
+  ASSERT_EQ(run_together("run.yaml", "one", 1, 2), std::vector<int>{0}) << log("one", 0);
+  ASSERT_EQ(run_together("run.yaml", "two", 2, 1), (std::vector<int>{0, 0})) << log("two", 0) << log("two", 1);
+  EXPECT_NE(log("two", 0).find("over the global batch of 2 replicas"), std::string::npos) << log("two", 0);
+  EXPECT_TRUE(weights("two", 6) == weights("one", 6));
+  write_config("plain.yaml", 6);
+  ASSERT_EQ(run_together("plain.yaml", "plain", 1, 2), std::vector<int>{0}) << log("plain", 0);
+  EXPECT_FALSE(weights("plain", 6) == weights("one", 6)) << "sync_batchnorm changed nothing: the test proves nothing";
+}
+
 TEST_F(TrainerProcessesTest, AKilledProcessStopsTheOtherByNameAndBothResumeToTheUnkilledWeights) {
   write_config("run.yaml", 100000, "{watchdog_timeout_s: 20}");
   std::vector<pid_t> pids = start_together("run.yaml", "killed", 2, 1);

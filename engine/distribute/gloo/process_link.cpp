@@ -4,6 +4,7 @@
 
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
+#include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
 #include <gloo/math.h>
@@ -134,6 +135,14 @@ void ProcessLink::broadcast(int channel, void* data, size_t bytes, int root) {
     opts.setRoot(root);
     opts.setTimeout(impl_->options.timeout);
     gloo::broadcast(opts);
+  }, *this);
+}
+
+void ProcessLink::barrier(int channel) {
+  impl_->run("barrier", [&] {
+    gloo::BarrierOptions opts(impl_->shared(channel));
+    opts.setTimeout(impl_->options.timeout);
+    gloo::barrier(opts);
   }, *this);
 }
 
