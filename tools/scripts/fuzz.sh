@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Coverage-guided fuzzing (libFuzzer, clang) of every reader that takes outside input: TFRecord
-# framing, both tf.Example parsers, the YAML run config, safetensors and meta.json (tests/fuzz),
+# framing, both tf.Example parsers, the YAML run config, safetensors, meta.json and the requests the
+# multi-process rendezvous reads from the network (tests/fuzz),
 # each for a bounded time under ASan + UBSan, from the seeds of tools/scripts/fuzz_seeds.py.
 #   fuzz.sh [SECONDS_PER_TARGET]   (default 60)
 # A crash, leak, sanitizer report, timeout or an exception other than tandem::Error fails the run;
@@ -11,7 +12,7 @@ cd "$(dirname "$0")/../.."
 seconds="${1:-60}"
 dir=build-fuzz
 command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ is missing: apt-get install clang" >&2; exit 1; }
-targets="tfrecord_fuzz example_fuzz config_fuzz safetensors_fuzz meta_json_fuzz"
+targets="tfrecord_fuzz example_fuzz config_fuzz safetensors_fuzz meta_json_fuzz rendezvous_fuzz"
 
 CC=clang CXX=clang++ cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" \
   -DTANDEM_SANITIZE=address,undefined -DTANDEM_FUZZ=ON -DTANDEM_WITH_CUDA=OFF -DTANDEM_BUILD_BENCH=OFF \

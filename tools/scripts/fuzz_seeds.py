@@ -72,7 +72,8 @@ def safetensors(tensors: dict, metadata: dict) -> bytes:
 def main() -> None:
     out = pathlib.Path(sys.argv[1])
     root = pathlib.Path(__file__).resolve().parents[2]
-    dirs = {name: out / f"{name}_fuzz" for name in ("tfrecord", "example", "config", "safetensors", "meta_json")}
+    dirs = {name: out / f"{name}_fuzz"
+            for name in ("tfrecord", "example", "config", "safetensors", "meta_json", "rendezvous")}
     for d in dirs.values():
         d.mkdir(parents=True, exist_ok=True)
 
@@ -110,6 +111,21 @@ def main() -> None:
             "files": {"model.safetensors": {"bytes": 1024, "tensors": 2},
                       "optimizer.safetensors": {"bytes": 512, "tensors": 1}}}
     (dirs["meta_json"] / "meta.json").write_text(json.dumps(meta, indent=2))
+
+    # Rendezvous requests as engine/distribute/bootstrap/protocol.cpp writes them: u32 little-endian
+    # numbers and u32-length-prefixed strings after the op.
+    def u32(n: int) -> bytes:
+        return struct.pack("<I", n)
+
+    def text(s: bytes) -> bytes:
+        return u32(len(s)) + s
+
+    hello = (u32(1) + u32(1) + u32(4) + text(b"node-b") + u32(4242) + u32(2) + text(b"cfg") + text(b"0.1.0")
+             + text(b"run") + text(b"0123456789abcdef"))
+    (dirs["rendezvous"] / "hello").write_bytes(hello)
+    (dirs["rendezvous"] / "set").write_bytes(u32(2) + text(b"channel-0/rank_1") + text(b"\x00" * 40))
+    (dirs["rendezvous"] / "get").write_bytes(u32(3) + text(b"nccl-unique-id"))
+    (dirs["rendezvous"] / "failed").write_bytes(u32(6) + text(b"replica 3 failed: data: a corrupt record"))
 
 
 if __name__ == "__main__":
