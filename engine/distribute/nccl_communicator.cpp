@@ -134,22 +134,29 @@ void check_devices(const std::vector<int>& devices) {
   }
 }
 
-// The plugin's second entry point, tandem_cuda_nccl_create, over devices; every way it can be
-// missing is Unavailable with the reason.
-std::unique_ptr<backend::DeviceCollectives> create_nccl(const std::vector<int>& devices) {
+// The loaded CUDA plugin for NCCL over devices (checked, distinct and present); Unavailable with
+// the reason when it is not usable.
+const backend::CudaPluginStatus& plugin_for(const std::vector<int>& devices) {
   check_devices(devices);
-  const std::string list = device_list(devices);
   const backend::CudaPluginStatus& status = backend::load_cuda_plugin();
   TANDEM_CHECK(status.loaded, ErrorCode::kUnavailable,
                "NCCL communicators over {} need the CUDA plugin, which is not usable here: {}; run `trainer doctor` "
                "for the full diagnosis",
-               list, status.error);
+               device_list(devices), status.error);
   for (int d : devices) {
     TANDEM_CHECK(d < status.device_count, ErrorCode::kUnavailable,
                  "NCCL communicators over {}: cuda:{} does not exist, {} CUDA device(s) are visible; run `trainer "
                  "doctor` to see them",
-                 list, d, status.device_count);
+                 device_list(devices), d, status.device_count);
   }
+  return status;
+}
+
+// The plugin's second entry point, tandem_cuda_nccl_create, over devices; every way it can be
+// missing is Unavailable with the reason.
+std::unique_ptr<backend::DeviceCollectives> create_nccl(const std::vector<int>& devices) {
+  const backend::CudaPluginStatus& status = plugin_for(devices);
+  const std::string list = device_list(devices);
   std::string why;
   auto create = backend::cuda_plugin_function<TandemNcclCreate>(kTandemNcclEntry, &why);
   TANDEM_CHECK(create != nullptr, ErrorCode::kUnavailable,
@@ -168,13 +175,8 @@ std::unique_ptr<backend::DeviceCollectives> create_nccl(const std::vector<int>& 
 // Several processes: process 0's unique id through the rendezvous, then this process's ranks
 // (process rank x local devices onwards) of one communicator over every process's devices.
 std::unique_ptr<backend::DeviceCollectives> create_nccl_ranks(const std::vector<int>& devices, ProcessLink& link) {
-  check_devices(devices);
+  const backend::CudaPluginStatus& status = plugin_for(devices);
   const std::string list = device_list(devices);
-  const backend::CudaPluginStatus& status = backend::load_cuda_plugin();
-  TANDEM_CHECK(status.loaded, ErrorCode::kUnavailable,
-               "NCCL communicators over {} need the CUDA plugin, which is not usable here: {}; run `trainer doctor` "
-               "for the full diagnosis",
-               list, status.error);
   std::string why;
   auto unique_id = backend::cuda_plugin_function<TandemNcclUniqueId>(kTandemNcclUniqueIdEntry, &why);
   auto create = backend::cuda_plugin_function<TandemNcclCreateRanks>(kTandemNcclCreateRanksEntry, &why);
