@@ -24,7 +24,11 @@ namespace {
 namespace fs = std::filesystem;
 using testing::read_text;
 
-constexpr int64_t kSteps = 48;  // 512 records, global batch 32: three epochs
+// 512 records, global batch 32: twelve epochs. Long enough (about a second on our machines) that a
+// round's signal, at most 300 ms after the start, cannot come after the run's end: with three
+// epochs a fast machine finished in the first long wait, and the soak soaked nothing.
+constexpr int64_t kSteps = 192;
+constexpr int kEpochs = 12;
 
 // (step, tag) -> value text for the deterministic tags; throughput rows only counted.
 struct Metrics {
@@ -59,7 +63,7 @@ TEST(TrainerSoak, KilledAndResumedTenTimesEndsAsAnUninterruptedRun) {
   const fs::path dir = fs::temp_directory_path() / fmt::format("tandem-soak-{}", getpid());
   fs::remove_all(dir);
   testing::write_fashion_tfrecords(dir, 512);
-  std::ofstream(dir / "run.yaml") << testing::fashion_config(dir, "{global_batch_size: 32, epochs: 3, log_every_steps: 1}");
+  std::ofstream(dir / "run.yaml") << testing::fashion_config(dir, fmt::format("{{global_batch_size: 32, epochs: {}, log_every_steps: 1}}", kEpochs));
   auto args = [&](const std::string& run) {
     return fmt::format("--config {} --run-dir {} --set deterministic=true --set checkpoint.every_steps=5 "
                        "--set checkpoint.resume=auto",
