@@ -1,11 +1,13 @@
 // `trainer doctor --config`'s checks: the shard advice on synthetic sizes, the storage probes on
-// the real /tmp, and a plan error (a global batch that does not divide) surfacing as a cause and a
-// "not ready" verdict.
+// the real /tmp, a plan error (a global batch that does not divide) surfacing as a cause and a
+// "not ready" verdict, and the process group a launcher's variables describe.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -84,8 +86,11 @@ TEST(DoctorConfigTest, WarnsForNetworkAndRotationalStorage) {
 }
 
 // The plan function of the trainer with the doctor left out: the CPU only.
-distribute::ReplicaPlan cpu_plan(const train::TrainConfig& c) {
-  return distribute::plan_replicas(train::plan_request(c));
+distribute::ReplicaPlan cpu_plan(const train::TrainConfig& c, const distribute::ProcessGroupSpec& p) {
+  distribute::ReplicaPlanRequest request = train::plan_request(c);
+  request.processes = p.size;
+  request.process_rank = p.rank;
+  return distribute::plan_replicas(request);
 }
 
 TEST(DoctorConfigTest, BatchThatDoesNotDivideIsNotReady) {
@@ -132,6 +137,57 @@ TEST(DoctorConfigTest, PlanThatFitsIsDescribed) {
   EXPECT_EQ(check.plan.plan.per_replica_batch_size, 64);
   EXPECT_THAT(render_config_text(check), HasSubstr("2 replicas on cpu"));
   EXPECT_THAT(render_config_text(check), HasSubstr("per-replica batch 64, global batch 128"));
+}
+
+}  // namespace
+}  // namespace tandem::tools
+
+namespace tandem::tools {
+namespace {
+
+distribute::EnvLookup env_of(std::map<std::string, std::string> vars) {
+  return [vars = std::move(vars)](const std::string& name) -> std::optional<std::string> {
+    auto it = vars.find(name);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+}
+
+train::TrainConfig cpu_config() {
+  train::TrainConfig config;
+  config.device.device = "cpu";
+  config.device.devices = "cpu:2";
+  config.loop.global_batch_size = 128;
+  return config;
+}
+
+TEST(DoctorConfigTest, ALaunchersProcessesShowAndTheBatchIsOverEveryReplica) {
+  auto env = env_of({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29555"}});
+  ConfigCheck check = check_config("run.yaml", cpu_config(), {"/no/such/*.tfrecord"}, 2, 0, cpu_plan, env);
+  ASSERT_TRUE(check.processes.ok) << (check.causes.empty() ? "" : check.causes.front().summary);
+  EXPECT_EQ(check.processes.route, "127.0.0.1");
+  ASSERT_TRUE(check.plan.ok);
+  EXPECT_EQ(check.plan.plan.replicas(), 4);
+  EXPECT_EQ(check.plan.plan.per_replica_batch_size, 32);
+  const std::string text = render_config_text(check);
+  EXPECT_NE(text.find("processes: process 1 of 2 (from environment (RANK, WORLD_SIZE)), rendezvous at "
+                      "127.0.0.1:29555 (this host reaches it from 127.0.0.1)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("4 replicas (2 processes x 2)"), std::string::npos) << text;
+}
+
+TEST(DoctorConfigTest, ABadLauncherVariableMakesItNotReady) {
+  ConfigCheck check = check_config("run.yaml", cpu_config(), {"/no/such/*.tfrecord"}, 2, 0, cpu_plan,
+                                   env_of({{"RANK", "3"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "a"}}));
+  EXPECT_FALSE(check.processes.ok);
+  ASSERT_FALSE(check.causes.empty());
+  EXPECT_NE(check.causes.front().summary.find("not below the process count 2"), std::string::npos);
+  backend::DoctorReport report;
+  report.verdict = backend::Verdict::kReadyCpuOnly;
+  apply_to_verdict(check, report);
+  EXPECT_EQ(report.verdict, backend::Verdict::kNotReady);
+  EXPECT_NE(report.verdict_line.find("not below the process count"), std::string::npos) << report.verdict_line;
 }
 
 }  // namespace

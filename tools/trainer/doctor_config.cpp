@@ -10,6 +10,8 @@
 #include <set>
 
 #include "data/pipeline/replica_pipeline.h"
+#include "engine/distribute/bootstrap/socket.h"
+#include "engine/distribute/process_link.h"
 #include "engine/core/error.h"
 
 namespace tandem::tools {
@@ -42,12 +44,13 @@ std::string plan_fix(const Error& e) {
 
 }  // namespace
 
-PlanCheck check_plan(const train::TrainConfig& config, const PlanFn& plan_fn) {
+PlanCheck check_plan(const train::TrainConfig& config, const PlanFn& plan_fn,
+                     const distribute::ProcessGroupSpec& processes) {
   PlanCheck out;
   out.device = config.device.device;
   out.devices = config.device.devices;
   try {
-    out.plan = plan_fn(config);
+    out.plan = plan_fn(config, processes);
     out.ok = true;
     if (!out.plan.fallback_warning.empty()) {
       out.causes.push_back({Severity::kNoGpu, out.plan.fallback_warning,
@@ -98,13 +101,44 @@ std::vector<Cause> check_data_layout(const std::vector<data::ShardFile>& files, 
   return causes;
 }
 
+ProcessCheck check_processes(const train::TrainConfig& config, const distribute::EnvLookup& env) {
+  ProcessCheck out;
+  out.gloo = distribute::ProcessLink::available();
+  try {
+    out.spec = distribute::resolve_process_group(train::process_group_request(config), env);
+  } catch (const Error& e) {
+    out.causes.push_back({Severity::kError, e.what(),
+                          "fix the launcher's variables or the distribute.* keys (docs/DISTRIBUTE.md, \"Launching\")"});
+    return out;
+  }
+  out.ok = true;
+  if (!out.spec.multi_process()) return out;
+  if (!out.gloo) {
+    out.ok = false;
+    out.causes.push_back({Severity::kError, fmt::format("{} processes need Gloo, and this build has none", out.spec.size),
+                          "apt-get install libgloo-dev (tools/scripts/install_deps.sh), then reconfigure and rebuild"});
+  }
+  try {
+    out.route = distribute::bootstrap::local_address_toward(out.spec.address, out.spec.port);
+  } catch (const Error& e) {
+    out.ok = false;
+    out.causes.push_back({Severity::kError, e.what(),
+                          "set MASTER_ADDR (or distribute.address) to a name or address of process 0's host that "
+                          "this host resolves and routes to"});
+  }
+  return out;
+}
+
 ConfigCheck check_config(const std::string& path, const train::TrainConfig& train,
-                         const std::vector<std::string>& patterns, int cores, int gpus, const PlanFn& plan_fn) {
+                         const std::vector<std::string>& patterns, int cores, int gpus, const PlanFn& plan_fn,
+                         const distribute::EnvLookup& env) {
   ConfigCheck out;
   out.path = path;
   out.patterns = patterns;
-  out.plan = check_plan(train, plan_fn);
-  out.causes = out.plan.causes;
+  out.processes = check_processes(train, env);
+  out.plan = check_plan(train, plan_fn, out.processes.ok ? out.processes.spec : distribute::ProcessGroupSpec{});
+  out.causes = out.processes.causes;
+  out.causes.insert(out.causes.end(), out.plan.causes.begin(), out.plan.causes.end());
   std::vector<std::string> paths;
   try {
     paths = data::resolve_files(patterns);
@@ -127,9 +161,13 @@ ConfigCheck check_config(const std::string& path, const train::TrainConfig& trai
 }
 
 void apply_to_verdict(const ConfigCheck& check, backend::DoctorReport& report) {
-  if (!check.plan.not_ready || report.verdict == backend::Verdict::kNotReady) return;
+  if (report.verdict == backend::Verdict::kNotReady) return;
+  const std::vector<Cause>* causes = !check.processes.ok ? &check.processes.causes
+                                     : check.plan.not_ready ? &check.plan.causes
+                                                            : nullptr;
+  if (causes == nullptr || causes->empty()) return;
   report.verdict = backend::Verdict::kNotReady;
-  report.verdict_line = "not ready: " + check.plan.causes.front().summary;
+  report.verdict_line = "not ready: " + causes->front().summary;
 }
 
 }  // namespace tandem::tools

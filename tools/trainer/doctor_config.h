@@ -1,6 +1,7 @@
-// `trainer doctor --config FILE`: what a config's run would use (devices, replicas, batches) or
-// why it cannot start, and its data layout against the seed's advice (shard count, shard sizes,
-// rotational or network storage). Small pure checks, so tests feed sizes instead of 100 MB files.
+// `trainer doctor --config FILE`: what a config's run would use (processes, devices, replicas,
+// batches) or why it cannot start, and its data layout against the seed's advice (shard count,
+// shard sizes, rotational or network storage). Small pure checks, so tests feed sizes and
+// environments instead of 100 MB files and launchers.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,7 @@
 
 #include "data/pipeline/sharding.h"
 #include "engine/backend/doctor/doctor.h"
+#include "engine/distribute/process_group.h"
 #include "engine/distribute/replica_plan.h"
 #include "engine/train/config.h"
 
@@ -36,8 +38,19 @@ struct PlanCheck {
   bool not_ready = false;              // the run would not start
 };
 
+// The process group the launcher's environment and the config describe, and whether this process
+// can take its part: Gloo in this build, and a route to the rendezvous.
+struct ProcessCheck {
+  bool ok = false;
+  distribute::ProcessGroupSpec spec;   // valid when ok
+  bool gloo = false;                   // this build has Gloo
+  std::string route;                   // this host's address toward the rendezvous (several processes)
+  std::vector<backend::Cause> causes;
+};
+
 struct ConfigCheck {
   std::string path;
+  ProcessCheck processes;
   PlanCheck plan;
   std::vector<std::string> patterns;  // data.files
   std::vector<data::ShardFile> files;
@@ -45,10 +58,15 @@ struct ConfigCheck {
   std::vector<backend::Cause> causes;  // plan causes, then data causes
 };
 
-using PlanFn = std::function<distribute::ReplicaPlan(const train::TrainConfig&)>;
+using PlanFn = std::function<distribute::ReplicaPlan(const train::TrainConfig&, const distribute::ProcessGroupSpec&)>;
 
 // Runs plan_fn (plan_for in the trainer) and turns a tandem::Error into a cause.
-PlanCheck check_plan(const train::TrainConfig& config, const PlanFn& plan_fn);
+PlanCheck check_plan(const train::TrainConfig& config, const PlanFn& plan_fn,
+                     const distribute::ProcessGroupSpec& processes = {});
+
+// Resolves the process group (distribute::resolve_process_group) from env and the config; errors
+// and a multi-process run without Gloo or without a route to the rendezvous are causes.
+ProcessCheck check_processes(const train::TrainConfig& config, const distribute::EnvLookup& env);
 
 // Shard count against cores x GPUs, and sizes against 100-500 MB; warnings with fixes.
 std::vector<backend::Cause> check_data_layout(const std::vector<data::ShardFile>& files, int cores, int gpus);
@@ -59,7 +77,8 @@ std::vector<backend::Cause> check_storage(const StorageInfo& storage, const std:
 
 // Everything above for a loaded config; gpus from the doctor's report.
 ConfigCheck check_config(const std::string& path, const train::TrainConfig& train,
-                         const std::vector<std::string>& patterns, int cores, int gpus, const PlanFn& plan_fn);
+                         const std::vector<std::string>& patterns, int cores, int gpus, const PlanFn& plan_fn,
+                         const distribute::EnvLookup& env = distribute::process_environment());
 
 // Marks the doctor's verdict "not ready" when the config's run cannot start.
 void apply_to_verdict(const ConfigCheck& check, backend::DoctorReport& report);

@@ -27,7 +27,16 @@ std::string storage_line(const StorageInfo& s) {
 }  // namespace
 
 std::string render_config_text(const ConfigCheck& c) {
-  std::string out = fmt::format("\nconfig: {}\n  device: {}, devices: {}\n", c.path, c.plan.device, c.plan.devices);
+  std::string out = fmt::format("\nconfig: {}\n", c.path);
+  if (c.processes.ok) {
+    out += "  processes: " + c.processes.spec.describe();
+    if (c.processes.spec.multi_process()) {
+      out += fmt::format(" (this host reaches it from {}); Gloo: {}", c.processes.route,
+                         c.processes.gloo ? "in this build" : "missing");
+    }
+    out += "\n";
+  }
+  out += fmt::format("  device: {}, devices: {}\n", c.plan.device, c.plan.devices);
   if (c.plan.ok) {
     out += "  run: " + c.plan.plan.describe() + "\n";
   } else {
@@ -48,7 +57,11 @@ std::string render_config_text(const ConfigCheck& c) {
 std::string render_json_with_config(const backend::DoctorReport& report, const ConfigCheck& c) {
   nlohmann::ordered_json doc = backend::json_document(report);
   nlohmann::ordered_json config{{"path", c.path}, {"device", c.plan.device}, {"devices", c.plan.devices},
-                                {"ok", c.plan.ok}};
+                                {"ok", c.plan.ok && c.processes.ok}};
+  const auto& spec = c.processes.spec;
+  config["processes"] = {{"ok", c.processes.ok}, {"rank", spec.rank}, {"size", spec.size}, {"source", spec.source},
+                         {"address", spec.address}, {"port", spec.port}, {"route", c.processes.route},
+                         {"gloo", c.processes.gloo}};
   if (c.plan.ok) {
     const auto& p = c.plan.plan;
     nlohmann::ordered_json devices = nlohmann::ordered_json::array();

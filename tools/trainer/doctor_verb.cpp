@@ -54,7 +54,7 @@ void add_doctor_verb(CLI::App& app, int& exit_code) {
     int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     ConfigCheck check = check_config(args->config, config->train, config->data.files, cores,
                                      static_cast<int>(report.gpus.size()),
-                                     [](const train::TrainConfig& c) { return plan_for(c); });
+                                     [](const train::TrainConfig& c, const distribute::ProcessGroupSpec& p) { return plan_for(c, p); });
     apply_to_verdict(check, report);
     if (args->json) {
       fmt::print("{}", render_json_with_config(report, check));
