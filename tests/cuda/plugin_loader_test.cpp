@@ -61,6 +61,9 @@ TEST(CudaPluginLoader, FurtherEntryPointsComeFromTheLoadedPlugin) {
   }
   EXPECT_NE(nccl, nullptr) << why;
   EXPECT_NE(cuda_plugin_function<TandemNcclCreate>(kTandemNcclEntry, &why), nullptr) << why;
+  // Several processes: process 0's unique id, and each process's ranks of one communicator.
+  EXPECT_NE(cuda_plugin_function<TandemNcclUniqueId>(kTandemNcclUniqueIdEntry, &why), nullptr) << why;
+  EXPECT_NE(cuda_plugin_function<TandemNcclCreateRanks>(kTandemNcclCreateRanksEntry, &why), nullptr) << why;
   EXPECT_EQ(cuda_plugin_symbol("tandem_no_such_entry", &why), nullptr);
   EXPECT_NE(why.find("tandem_no_such_entry"), std::string::npos) << why;
 }
