@@ -288,27 +288,26 @@ void CpuCommunicator::all_gather_across(const CollectiveDesc& desc) {
   if (rank_ != 0) std::memcpy(desc.out, rendezvous_->desc(0).out, bytes * static_cast<size_t>(world_size()));
 }
 
+CpuCommunicatorGroup::CpuCommunicatorGroup(int world_size, CommunicatorOptions options) {
+  init(world_size, options, nullptr, false);
+}
+
 CpuCommunicatorGroup::CpuCommunicatorGroup(int local_ranks, CommunicatorOptions options, ProcessLink& link,
                                            bool ordered) {
-  TANDEM_CHECK(local_ranks >= 1, ErrorCode::kInvalidArgument, "a communicator group needs at least 1 rank, got {}",
-               local_ranks);
   // The rendezvous admitted only processes of as many ranks: chunks and global ranks line up.
   TANDEM_CHECK(link.local_replicas() == local_ranks, ErrorCode::kInvalidArgument,
                "a group of {} local ranks on a process link of {} channels", local_ranks, link.local_replicas());
-  rendezvous_ = std::make_shared<detail::Rendezvous>(local_ranks, options.timeout);
-  for (int r = 0; r < local_ranks; ++r) {
-    ranks_.push_back(std::unique_ptr<CpuCommunicator>(new CpuCommunicator(r, rendezvous_, &link, ordered)));
-  }
+  init(local_ranks, options, &link, ordered);
 }
 
-CpuCommunicatorGroup::CpuCommunicatorGroup(int world_size, CommunicatorOptions options) {
-  TANDEM_CHECK(world_size >= 1, ErrorCode::kInvalidArgument, "a communicator group needs at least 1 rank, got {}",
-               world_size);
+void CpuCommunicatorGroup::init(int local_ranks, CommunicatorOptions options, ProcessLink* link, bool ordered) {
+  TANDEM_CHECK(local_ranks >= 1, ErrorCode::kInvalidArgument, "a communicator group needs at least 1 rank, got {}",
+               local_ranks);
   TANDEM_CHECK(options.timeout.count() > 0, ErrorCode::kInvalidArgument,
                "the collective timeout must be positive, got {} ms", options.timeout.count());
-  rendezvous_ = std::make_shared<detail::Rendezvous>(world_size, options.timeout);
-  for (int r = 0; r < world_size; ++r) {
-    ranks_.push_back(std::unique_ptr<CpuCommunicator>(new CpuCommunicator(r, rendezvous_, nullptr, false)));
+  rendezvous_ = std::make_shared<detail::Rendezvous>(local_ranks, options.timeout);
+  for (int r = 0; r < local_ranks; ++r) {
+    ranks_.push_back(std::unique_ptr<CpuCommunicator>(new CpuCommunicator(r, rendezvous_, link, ordered)));
   }
 }
 

@@ -108,6 +108,8 @@ class CpuCommunicatorGroup {
   void abort(const std::string& reason) noexcept;
 
  private:
+  void init(int local_ranks, CommunicatorOptions options, ProcessLink* link, bool ordered);
+
   std::shared_ptr<detail::Rendezvous> rendezvous_;
   std::vector<std::unique_ptr<CpuCommunicator>> ranks_;
 };

@@ -2,11 +2,10 @@
 // arrival order, a get waits (inside the server) until its key is set.
 #include "engine/distribute/bootstrap/server.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/socket.h>
-#include <arpa/inet.h>
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -16,17 +15,6 @@
 
 namespace tandem::distribute::bootstrap {
 namespace {
-
-std::string peer_of(int fd) {
-  sockaddr_storage a{};
-  socklen_t len = sizeof a;
-  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) return "an unknown peer";
-  char text[INET6_ADDRSTRLEN] = {};
-  const void* where = a.ss_family == AF_INET6 ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&a)->sin6_addr)
-                                              : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&a)->sin_addr);
-  ::inet_ntop(a.ss_family, where, text, sizeof text);
-  return text;
-}
 
 // Whatever a reply meets (a peer gone mid-reply), the server goes on: the peer's end shows as a
 // closed connection at the next poll.
@@ -98,7 +86,7 @@ void Server::loop() {
       if (fd >= 0) {
         Conn c;
         c.socket = Socket(fd);
-        c.peer = peer_of(fd);
+        c.peer = peer_address(fd);
         conns_.push_back(std::move(c));
       }
     }

@@ -39,6 +39,15 @@ void resolve(const std::string& address, int port, int socktype, AddrInfo* out) 
 
 std::string errno_text() { return std::strerror(errno); }
 
+// An IPv4 or IPv6 address as text; empty when inet_ntop refuses it.
+std::string address_text(const sockaddr_storage& a) {
+  char text[INET6_ADDRSTRLEN] = {};
+  const void* where = a.ss_family == AF_INET6
+                          ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(&a)->sin6_addr)
+                          : static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(&a)->sin_addr);
+  return ::inet_ntop(a.ss_family, where, text, sizeof text) != nullptr ? std::string(text) : std::string();
+}
+
 // Waits until fd is readable; false at the deadline.
 bool wait_readable(int fd, Clock::time_point deadline) {
   for (;;) {
@@ -160,12 +169,16 @@ std::string local_address_toward(const std::string& address, int port) {
   socklen_t len = sizeof local;
   TANDEM_CHECK(::getsockname(s.fd(), reinterpret_cast<sockaddr*>(&local), &len) == 0, ErrorCode::kUnavailable,
                "getsockname: {}", errno_text());
-  char text[INET6_ADDRSTRLEN] = {};
-  const void* where = local.ss_family == AF_INET6 ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr)
-                                                  : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr);
-  TANDEM_CHECK(::inet_ntop(local.ss_family, where, text, sizeof text) != nullptr, ErrorCode::kUnavailable,
-               "inet_ntop: {}", errno_text());
+  std::string text = address_text(local);
+  TANDEM_CHECK(!text.empty(), ErrorCode::kUnavailable, "inet_ntop: {}", errno_text());
   return text;
+}
+
+std::string peer_address(int fd) {
+  sockaddr_storage a{};
+  socklen_t len = sizeof a;
+  std::string text = ::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0 ? address_text(a) : "";
+  return text.empty() ? "an unknown peer" : text;
 }
 
 std::string host_name() {

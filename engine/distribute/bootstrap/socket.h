@@ -34,6 +34,8 @@ Socket listen_on(const std::string& address, int port);
 Socket connect_to(const std::string& address, int port, Clock::time_point deadline);
 // The address of this host's interface that routes toward `address` (no packet is sent).
 std::string local_address_toward(const std::string& address, int port);
+// The address a connected socket's peer comes from ("an unknown peer" when it cannot be read).
+std::string peer_address(int fd);
 std::string host_name();
 
 // Frames: a 4-byte little-endian length, then the payload. send_frame throws Unavailable when

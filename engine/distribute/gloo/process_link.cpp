@@ -50,13 +50,9 @@ struct ProcessLink::Impl {
   std::shared_ptr<gloo::transport::Device> device;
   std::vector<std::shared_ptr<gloo::rendezvous::Context>> contexts;
 
-  gloo::rendezvous::Context& context(int channel) {
+  std::shared_ptr<gloo::Context> shared(int channel) {
     TANDEM_CHECK(channel >= 0 && channel < static_cast<int>(contexts.size()), ErrorCode::kOutOfRange,
                  "process link channel {} of {}", channel, contexts.size());
-    return *contexts[static_cast<size_t>(channel)];
-  }
-  std::shared_ptr<gloo::Context> shared(int channel) {
-    context(channel);
     return contexts[static_cast<size_t>(channel)];
   }
   // Runs a Gloo collective, turning its exceptions into Errors that say which process failed.
@@ -75,7 +71,8 @@ struct ProcessLink::Impl {
 ProcessLink::ProcessLink(const ProcessLinkOptions& o) : impl_(std::make_unique<Impl>()) {
   impl_->options = o;
   bootstrap::JoinOptions join{.address = o.spec.address, .port = o.spec.port, .rank = o.spec.rank,
-                              .size = o.spec.size, .local_replicas = o.local_replicas, .identity = o.identity, .token = o.spec.token, .timeout = o.timeout};
+                              .size = o.spec.size, .local_replicas = o.local_replicas, .identity = o.identity,
+                              .token = o.spec.token, .timeout = o.timeout};
   impl_->client = std::make_unique<bootstrap::Client>(join);
   gloo::transport::tcp::attr attr;
   attr.hostname = bootstrap::local_address_toward(o.spec.address, o.spec.port);
