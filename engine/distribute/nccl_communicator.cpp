@@ -185,16 +185,14 @@ std::unique_ptr<backend::DeviceCollectives> create_nccl_ranks(const std::vector<
                "{}; rebuild it",
                status.path, why);
   char error[1024] = {};
-  std::string id(kTandemNcclUniqueIdBytes, '\0');
-  if (link.rank() == 0) {
-    int rc = unique_id(kTandemNcclAbi, id.data(), error, sizeof(error));
+  const std::string id = link.rendezvous().share_from_process_zero("nccl-unique-id", "make NCCL's unique id", [&] {
+    std::string made(kTandemNcclUniqueIdBytes, '\0');
+    int rc = unique_id(kTandemNcclAbi, made.data(), error, sizeof(error));
     TANDEM_CHECK(rc == 0, ErrorCode::kUnavailable, "ncclGetUniqueId on process 0 failed (code {}): {}", rc, error);
-    link.rendezvous().set("nccl-unique-id", id);
-  } else {
-    id = link.rendezvous().get("nccl-unique-id");
-    TANDEM_CHECK(id.size() == kTandemNcclUniqueIdBytes, ErrorCode::kDataLoss,
-                 "process 0's NCCL unique id has {} bytes, not {}", id.size(), kTandemNcclUniqueIdBytes);
-  }
+    return made;
+  });
+  TANDEM_CHECK(id.size() == kTandemNcclUniqueIdBytes, ErrorCode::kDataLoss,
+               "process 0's NCCL unique id has {} bytes, not {}", id.size(), kTandemNcclUniqueIdBytes);
   const int local = static_cast<int>(devices.size());
   backend::DeviceCollectives* out = nullptr;
   int rc = create(kTandemNcclAbi, id.data(), local * link.size(), local * link.rank(), devices.data(), local, &out,

@@ -204,6 +204,10 @@ distribute::ProcessGroupRequest process_group_request(const TrainConfig& c) {
 
 namespace tandem::train {
 
+std::chrono::milliseconds watchdog_timeout(const TrainConfig& config) {
+  return std::chrono::milliseconds(static_cast<int64_t>(config.distribute.watchdog_timeout_s * 1000));
+}
+
 KernelOptions kernel_options(const TrainConfig& config) {
   KernelOptions o;
   o.deterministic = config.deterministic;

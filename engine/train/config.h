@@ -3,6 +3,7 @@
 // read by data/; tools/ puts the whole file together (engine/ does not include data/).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -100,6 +101,9 @@ void add_train_keys(TrainConfig& config, yaml::Keys& keys);
 
 // Checks across sections (exactly one batch size, schedule milestones within the run, ...).
 void validate(const TrainConfig& config);
+
+// distribute.watchdog_timeout_s as the collectives' (and the rendezvous's) deadline.
+std::chrono::milliseconds watchdog_timeout(const TrainConfig& config);
 
 // The kernel options of a replica's ExecutionContext (precision, determinism, algorithm search).
 KernelOptions kernel_options(const TrainConfig& config);

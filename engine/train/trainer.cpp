@@ -15,8 +15,6 @@
 
 namespace tandem::train {
 
-namespace bootstrap = distribute::bootstrap;
-
 int64_t Trainer::Shared::total_steps() const {
   const LoopConfig& loop = setup.config.loop;
   if (loop.steps > 0) return loop.steps;
@@ -108,26 +106,19 @@ void open_gpu_monitor(Trainer::Shared& s) {
 }
 
 // The checkpoint to resume from. Process 0 decides (resume: auto may see another newest one than a
-// process started a moment later) and tells the others through the rendezvous: "path:<dir>",
-// "none", or why it could not ("error:<message>"), so that nobody waits for an answer that never comes.
+// process started a moment later) and tells the others its absolute path ("" for none), or why it
+// could not, so that nobody waits for an answer that never comes.
 std::optional<std::filesystem::path> agreed_resume(Trainer::Shared& s) {
   const std::string& resume = s.setup.config.checkpoint.resume;
   if (!s.link) return resolve_resume(resume, *s.checkpoints);
-  bootstrap::Client& rendezvous = s.link->rendezvous();
-  if (s.link->rank() == 0) {
-    try {
-      auto path = resolve_resume(resume, *s.checkpoints);
-      rendezvous.set("resume", path ? "path:" + std::filesystem::absolute(*path).string() : std::string("none"));
-      return path;
-    } catch (const Error& e) {
-      rendezvous.set("resume", std::string("error:") + e.what());
-      throw;
-    }
-  }
-  const std::string said = rendezvous.get("resume");
-  if (said == "none") return std::nullopt;
-  TANDEM_CHECK(!said.starts_with("error:"), ErrorCode::kAborted, "process 0 could not resume: {}", said.substr(6));
-  std::filesystem::path path = said.substr(5);
+  std::optional<std::filesystem::path> mine;
+  const std::string said = s.link->rendezvous().share_from_process_zero("resume", "resume", [&] {
+    mine = resolve_resume(resume, *s.checkpoints);
+    return mine ? std::filesystem::absolute(*mine).string() : std::string();
+  });
+  if (s.link->rank() == 0) return mine;
+  if (said.empty()) return std::nullopt;
+  std::filesystem::path path = said;
   TANDEM_CHECK(std::filesystem::exists(path / CheckpointManager::kMetaFile), ErrorCode::kNotFound,
                "process 0 resumes from {}, but process {} cannot read it: checkpoint.dir must be on a filesystem "
                "every process reads (or copied there), and --run-dir the same on every process",
@@ -182,7 +173,7 @@ Trainer::Trainer(TrainerSetup setup) {
   Shared& s = *shared_;
   const TrainConfig& c = s.setup.config;
   distribute::CommunicatorOptions comm_options;
-  comm_options.timeout = std::chrono::milliseconds(static_cast<int64_t>(c.distribute.watchdog_timeout_s * 1000));
+  comm_options.timeout = watchdog_timeout(c);
   connect_processes(s, comm_options);
   if (!s.setup.plan.devices.front().is_cpu()) {
     s.device_group = s.link ? std::make_unique<distribute::NcclCommunicatorGroup>(cuda_indices(s.setup.plan),

@@ -222,6 +222,30 @@ TEST(Rendezvous, AProcessThatFailsIsNamedWithItsReason) {
   EXPECT_EQ(seen.find("left without a word"), std::string::npos) << seen;
 }
 
+TEST(Rendezvous, ProcessZerosResultOrItsErrorReachesEveryProcess) {
+  const int port = free_port();
+  std::vector<std::string> values(2);
+  std::vector<std::string> errors(2);
+  expect_no_errors(run_ranks(2, [&](int r) {
+    bootstrap::Client c(join(port, r, 2));
+    values[static_cast<size_t>(r)] = c.share_from_process_zero("value", "count", [] { return std::string("42"); });
+    try {
+      c.share_from_process_zero("broken", "read the disk", []() -> std::string {
+        throw Error(ErrorCode::kDataLoss, "a bad sector");
+      });
+    } catch (const Error& e) {
+      errors[static_cast<size_t>(r)] = fmt::format("{}: {}", error_code_name(e.code()), e.what());
+    }
+    c.set("done-" + std::to_string(r), "");
+    c.goodbye();
+    if (r == 0) c.get("done-1");  // process 0's server ends with it
+  }));
+  EXPECT_EQ(values, (std::vector<std::string>{"42", "42"}));
+  EXPECT_NE(errors[0].find("a bad sector"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[1].find("process 0 could not read the disk: a bad sector"), std::string::npos) << errors[1];
+  EXPECT_EQ(errors[1].find("Aborted"), 0u) << errors[1];
+}
+
 TEST(Rendezvous, AProcessWithAnotherReplicaCountIsRefused) {
   const int port = free_port();
   std::string refused;

@@ -22,8 +22,6 @@
 namespace tandem::tools {
 namespace {
 
-namespace bootstrap = distribute::bootstrap;
-
 struct TrainArgs {
   std::string config;
   std::vector<std::string> overrides;
@@ -68,20 +66,11 @@ bool same_directory(const std::filesystem::path& a, const std::filesystem::path&
 // filesystem), then every process checks its own copy (each prepares it where they do not).
 void ensure_data_once(const RunConfig& config, distribute::ProcessLink* link) {
   if (link == nullptr) return ensure_data(config);
-  bootstrap::Client& rendezvous = link->rendezvous();
-  if (link->rank() == 0) {
-    try {
-      ensure_data(config);
-    } catch (const Error& e) {
-      rendezvous.set("data-ready", fmt::format("process 0 could not prepare the data: {}", e.what()));
-      throw;
-    }
-    rendezvous.set("data-ready", "");
-    return;
-  }
-  const std::string failure = rendezvous.get("data-ready");
-  TANDEM_CHECK(failure.empty(), ErrorCode::kAborted, "{}", failure);
-  ensure_data(config);
+  link->rendezvous().share_from_process_zero("data-ready", "prepare the data", [&] {
+    ensure_data(config);
+    return std::string();
+  });
+  if (link->rank() != 0) ensure_data(config);
 }
 
 int run_training(const TrainArgs& args) {
@@ -106,8 +95,8 @@ int run_training(const TrainArgs& args) {
   }
   std::shared_ptr<distribute::ProcessLink> link;
   if (processes.multi_process()) {
-    const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(config.train.distribute.watchdog_timeout_s * 1000));
-    link = train::join_processes(processes, config.shared_digest, plan.local_replicas(), timeout);
+    link = train::join_processes(processes, config.shared_digest, plan.local_replicas(),
+                                 train::watchdog_timeout(config.train));
   }
   ensure_data_once(config, link.get());
   train::TrainerSetup setup = make_trainer_setup(config, plan, run_dir);

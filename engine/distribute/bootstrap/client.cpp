@@ -10,8 +10,8 @@ namespace tandem::distribute::bootstrap {
 
 Client::Client(const JoinOptions& o) : rank_(o.rank), timeout_(o.timeout) {
   Hello self{.rank = static_cast<uint32_t>(o.rank), .size = static_cast<uint32_t>(o.size), .host = host_name(),
-             .pid = static_cast<uint32_t>(::getpid()),
-             .local_replicas = static_cast<uint32_t>(o.local_replicas), .identity = o.identity, .token_digest = token_digest(o.token)};
+             .pid = static_cast<uint32_t>(::getpid()), .local_replicas = static_cast<uint32_t>(o.local_replicas),
+             .identity = o.identity, .token_digest = token_digest(o.token)};
   if (o.rank == 0) server_ = std::make_unique<Server>(o.address, o.port, self);
   const auto deadline = Clock::now() + o.timeout;
   socket_ = connect_to(o.address, o.port, deadline);
@@ -66,6 +66,26 @@ std::string Client::get(const std::string& key) {
 bool Client::has(const std::string& key) {
   return request(FrameWriter().u32(static_cast<uint32_t>(Op::kHas)).str(key).bytes(), Op::kValue,
                  "a look at '" + key + "'") == "1";
+}
+
+std::string Client::share_from_process_zero(const std::string& key, const std::string& what,
+                                            const std::function<std::string()>& compute) {
+  // The first byte says which it is: 'v' a value, 'e' process 0's error.
+  if (rank_ == 0) {
+    std::string value;
+    try {
+      value = compute();
+    } catch (const Error& e) {
+      set(key, std::string("e") + e.what());
+      throw;
+    }
+    set(key, "v" + value);
+    return value;
+  }
+  const std::string said = get(key);
+  TANDEM_CHECK(!said.empty() && said[0] == 'v', ErrorCode::kAborted, "process 0 could not {}: {}", what,
+               said.empty() ? std::string("(no reason)") : said.substr(1));
+  return said.substr(1);
 }
 
 std::string Client::departed() {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -48,6 +49,11 @@ class Client {
   std::string get(const std::string& key);
   // Whether some process has set key; never waits.
   bool has(const std::string& key);
+  // Process 0 runs compute and shares its result under key; the others wait for it. When compute
+  // throws on process 0, it shares that too and rethrows, and the others throw Aborted saying
+  // "process 0 could not <what>: <why>" at once instead of waiting out the timeout.
+  std::string share_from_process_zero(const std::string& key, const std::string& what,
+                                      const std::function<std::string()>& compute);
   // The processes whose connection to process 0 closed without their goodbye, or process 0 itself
   // when it cannot be reached: "" when none.
   std::string departed();
