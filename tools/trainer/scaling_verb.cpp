@@ -64,12 +64,15 @@ std::string gpu_list(int replicas) {
   return out + "]";
 }
 
-// The config for one replica count: the fixed batch, a short run, and nothing but training.
-RunConfig config_for(const ScalingArgs& args, const Baseline& base, int replicas, const std::filesystem::path& dir) {
+// The config for `local` replicas in each of `processes` processes: the fixed batch over all of
+// them, a short run, and nothing but training.
+RunConfig config_for(const ScalingArgs& args, const Baseline& base, int local, int processes,
+                     const std::filesystem::path& dir) {
   RunConfig config = load_run_config(args.config, args.overrides);
   train::TrainConfig& c = config.train;
   c.device.device = base.cpu ? "cpu" : "cuda";
-  c.device.devices = base.cpu ? fmt::format("cpu:{}", replicas) : gpu_list(replicas);
+  c.device.devices = base.cpu ? fmt::format("cpu:{}", local) : gpu_list(local);
+  const int replicas = local * processes;
   if (args.mode == "strong") {
     TANDEM_CHECK(base.batch % replicas == 0, ErrorCode::kInvalidArgument,
                  "scaling: strong mode keeps the global batch {} fixed, which {} replicas do not divide; "
@@ -100,8 +103,7 @@ ScalingRow run_one(const ScalingArgs& args, const Baseline& base, int replicas, 
                    const distribute::ProcessGroupSpec& processes) {
   std::filesystem::path dir = out / fmt::format("replicas-{}", replicas * processes.size);
   if (processes.rank == 0) std::filesystem::create_directories(dir);
-  RunConfig config = config_for(args, base, replicas * processes.size, dir);
-  config.train.device.devices = base.cpu ? fmt::format("cpu:{}", replicas) : gpu_list(replicas);
+  RunConfig config = config_for(args, base, replicas, processes.size, dir);
   distribute::ReplicaPlan plan = plan_for(config.train, processes);
   if (processes.rank == 0) spdlog::info("scaling ({}): {}", args.mode, plan.describe());
   train::TrainerSetup setup = make_trainer_setup(config, plan, dir);
@@ -215,6 +217,9 @@ int run_scaling(const ScalingArgs& args) {
   // Only process 0 writes the report; the others need no directory.
   std::filesystem::path out =
       processes.rank == 0 ? make_run_dir(args.config, args.out, "runs") : std::filesystem::path(args.out);
+  // Before any other process starts here: they read the data process 0 prepares. (Under a
+  // launcher the others do not wait for it: prepare the data first.)
+  if (processes.rank == 0) ensure_data(first);
   std::vector<pid_t> children;
   if (args.processes > 1 && !env(kChildVariable)) {
     TANDEM_CHECK(!processes.multi_process(), ErrorCode::kInvalidArgument,
@@ -223,7 +228,6 @@ int run_scaling(const ScalingArgs& args) {
     children = launch_local_processes(args.processes, out);
     processes = distribute::resolve_process_group(request, env);
   }
-  if (processes.rank == 0) ensure_data(first);
   Baseline base = baseline_for(args);
   std::vector<ScalingRow> rows;
   for (size_t i = 0; i < args.replicas.size(); ++i) {
