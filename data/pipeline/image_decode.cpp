@@ -82,19 +82,16 @@ ImageSize jpeg_size(std::string_view bytes) {
 }
 
 JpegScale choose_jpeg_scale(ImageSize full, int need_w, int need_h) {
-  // Factors come largest first (2/1 ... 1/8); keep the smallest one <= 1 that is still big enough.
-  int count = 0;
-  tjscalingfactor* factors = tjGetScalingFactors(&count);
-  tjscalingfactor best{1, 1};
-  for (int i = 0; i < count && need_w > 0 && need_h > 0; ++i) {
-    tjscalingfactor f = factors[i];
-    if (f.num > f.denom) continue;
-    if (TJSCALED(full.width, f) >= need_w && TJSCALED(full.height, f) >= need_h &&
-        f.num * best.denom < best.num * f.denom) {
-      best = f;
-    }
+  // Only 1/1, 1/2, 1/4 and 1/8, the ratios of TensorFlow's decode_jpeg and PIL's draft mode:
+  // libjpeg-turbo's IDCTs for these scales are SIMD, the 7/8 ... 3/8 ones plain C and slower
+  // than decoding the next power of two and resizing a little more.
+  JpegScale best{1, 1};
+  for (int den = 2; den <= 8 && need_w > 0 && need_h > 0; den *= 2) {
+    tjscalingfactor f{1, den};
+    if (TJSCALED(full.width, f) < need_w || TJSCALED(full.height, f) < need_h) break;
+    best = {1, den};
   }
-  return {best.num, best.denom};
+  return best;
 }
 
 ImageSize scaled_size(ImageSize full, JpegScale scale) {

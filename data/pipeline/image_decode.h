@@ -50,8 +50,8 @@ struct JpegScale {
 
 // The JPEG's size from its header, without decoding.
 ImageSize jpeg_size(std::string_view bytes);
-// The smallest libjpeg-turbo scale <= 1 that keeps the image at least need_w x need_h (1/1
-// when nothing is needed or nothing smaller is enough), and the image's size at a scale.
+// The smallest of the scales 1/1, 1/2, 1/4, 1/8 that keeps the image at least need_w x need_h
+// (1/1 when nothing is needed or nothing smaller is enough), and the image's size at a scale.
 JpegScale choose_jpeg_scale(ImageSize full, int need_w, int need_h);
 ImageSize scaled_size(ImageSize full, JpegScale scale);
 // Decodes at `scale` only the pixels of `want` (in the scaled image's pixels) and what

@@ -145,18 +145,37 @@ TEST(PipelineImageExact, RegionDecodeMatchesFullDecodeAtEveryScale) {
   for (int channels : {3, 1}) {
     Image src = testing::synthetic_image(500, 375, channels, 9);
     std::string jpeg = encode_jpeg(src, 90);
-    for (int num = 1; num <= 8; ++num) {
-      ImageSize size = scaled_size({500, 375}, {num, 8});
+    for (int den : {1, 2, 4, 8}) {
+      ImageSize size = scaled_size({500, 375}, {1, den});
       for (int trial = 0; trial < 6; ++trial) {
         int x0 = static_cast<int>(rng.below(static_cast<uint64_t>(size.width)));
         int y0 = static_cast<int>(rng.below(static_cast<uint64_t>(size.height)));
         int x1 = x0 + 1 + static_cast<int>(rng.below(static_cast<uint64_t>(size.width - x0)));
         int y1 = y0 + 1 + static_cast<int>(rng.below(static_cast<uint64_t>(size.height - y0)));
-        expect_region_matches(jpeg, channels, {num, 8}, {x0, x1, y0, y1});
+        expect_region_matches(jpeg, channels, {1, den}, {x0, x1, y0, y1});
       }
-      expect_region_matches(jpeg, channels, {num, 8}, {0, size.width, 0, size.height});
+      expect_region_matches(jpeg, channels, {1, den}, {0, size.width, 0, size.height});
     }
   }
+}
+
+// TensorFlow's decode_jpeg(ratio) and PIL's draft offer 1, 2, 4 and 8; so does the pipeline, and
+// it takes the largest ratio that still leaves the size asked for.
+TEST(PipelineImageExact, JpegScaleIsTheLargestPowerOfTwoRatioThatStillCovers) {
+  auto ratio = [](int w, int h) {
+    JpegScale s = choose_jpeg_scale({500, 375}, w, h);
+    EXPECT_EQ(s.num, 1);
+    return s.den;
+  };
+  EXPECT_EQ(ratio(0, 0), 1);
+  EXPECT_EQ(ratio(500, 375), 1);
+  EXPECT_EQ(ratio(300, 100), 1);  // 7/8 and 5/8 would cover it; they are not offered
+  EXPECT_EQ(ratio(250, 188), 2);
+  EXPECT_EQ(ratio(251, 10), 1);
+  EXPECT_EQ(ratio(10, 189), 1);
+  EXPECT_EQ(ratio(125, 94), 4);
+  EXPECT_EQ(ratio(63, 47), 8);
+  EXPECT_EQ(ratio(1, 1), 8);
 }
 
 TEST(PipelineImageExact, RegionDecodeOfABrokenJpegThrowsAndTheNextDecodeWorks) {
