@@ -162,6 +162,7 @@ void install_timed_kernels() {
   timed = real_kernels;
   TANDEM_TIME_KERNEL(conv2d_forward);
   TANDEM_TIME_KERNEL(conv2d_backward_data);
+  TANDEM_TIME_KERNEL(conv2d_backward_data_add);
   TANDEM_TIME_KERNEL(conv2d_backward_weights);
   TANDEM_TIME_KERNEL(batchnorm_forward_training);
   TANDEM_TIME_KERNEL(batchnorm_backward);

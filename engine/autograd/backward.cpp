@@ -59,6 +59,19 @@ Tensor accumulate_pending(ExecutionContext& ctx, Tensor existing, Tensor incomin
   return backend::add(ctx, existing, incoming);
 }
 
+// The node's gradients; where the node can add its first input's gradient into the sum already
+// waiting for that input (nobody else seeing it), it does, and that gradient comes back undefined.
+std::vector<Tensor> run_backward(Node& node, const Tensor& dy,
+                                 std::unordered_map<VariableData*, Tensor>& pending) {
+  if (node.backward_adding && node.inputs[0].requires_grad()) {
+    auto it = pending.find(node.inputs[0].data());
+    if (it != pending.end() && it->second.defined() && it->second.owns_storage_alone()) {
+      return node.backward_adding(dy, it->second);
+    }
+  }
+  return node.backward(dy);
+}
+
 }  // namespace
 
 void Variable::backward(ExecutionContext* ctx_in) {
@@ -90,7 +103,7 @@ void Variable::backward(ExecutionContext* ctx_in) {
     Tensor dy = std::move(pending[v.get()]);
     pending.erase(v.get());
     std::shared_ptr<Node> node = std::move(v->grad_fn);  // frees the node's saved tensors when done
-    std::vector<Tensor> dxs = node->backward(dy);
+    std::vector<Tensor> dxs = run_backward(*node, dy, pending);
     TANDEM_CHECK(dxs.size() == node->inputs.size(), ErrorCode::kInternal,
                  "backward of {} returned {} gradients for {} inputs", node->op, dxs.size(), node->inputs.size());
     for (size_t i = 0; i < dxs.size(); ++i) {

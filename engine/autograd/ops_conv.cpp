@@ -12,16 +12,23 @@ Variable conv2d(ExecutionContext& ctx, const Variable& x, const Variable& w, con
   if (b.defined()) inputs.push_back(b);
   Tensor xv = x.value(), wv = w.value();
   bool need_dx = x.requires_grad(), with_bias = b.defined();
-  return make_op("conv2d", std::move(y), std::move(inputs),
-                 [&ctx, params, xv, wv, need_dx, with_bias](const Tensor& dy) {
-                   std::vector<Tensor> grads;
-                   grads.push_back(need_dx ? backend::conv2d_backward_data(ctx, params, dy, wv, xv.shape()) : Tensor());
-                   backend::ConvWeightGrads g =
-                       backend::conv2d_backward_weights(ctx, params, xv, dy, wv.shape(), with_bias);
-                   grads.push_back(std::move(g.dw));
-                   if (with_bias) grads.push_back(std::move(g.db));
-                   return grads;
-                 });
+  // After x's gradient (or its undefined place when it went into a fork's sum), w's and b's.
+  auto weight_grads = [&ctx, params, xv, wv, with_bias](const Tensor& dy, std::vector<Tensor> grads) {
+    backend::ConvWeightGrads g = backend::conv2d_backward_weights(ctx, params, xv, dy, wv.shape(), with_bias);
+    grads.push_back(std::move(g.dw));
+    if (with_bias) grads.push_back(std::move(g.db));
+    return grads;
+  };
+  auto backward = [&ctx, params, xv, wv, need_dx, weight_grads](const Tensor& dy) {
+    std::vector<Tensor> grads;
+    grads.push_back(need_dx ? backend::conv2d_backward_data(ctx, params, dy, wv, xv.shape()) : Tensor());
+    return weight_grads(dy, std::move(grads));
+  };
+  auto backward_adding = [&ctx, params, wv, weight_grads](const Tensor& dy, Tensor& sum) {
+    backend::conv2d_backward_data_add(ctx, params, dy, wv, sum);
+    return weight_grads(dy, std::vector<Tensor>(1));
+  };
+  return make_op("conv2d", std::move(y), std::move(inputs), backward, backward_adding);
 }
 
 Variable max_pool2d(ExecutionContext& ctx, const Variable& x, const Pool2dParams& params) {

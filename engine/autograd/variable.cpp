@@ -24,7 +24,8 @@ void Variable::register_grad_ready_hook(std::function<void(Variable&)> hook) {
   data_->grad_ready_hooks.push_back(std::move(hook));
 }
 
-Variable make_op(std::string op, Tensor y, std::vector<Variable> inputs, BackwardFn backward) {
+Variable make_op(std::string op, Tensor y, std::vector<Variable> inputs, BackwardFn backward,
+                 BackwardAddingFn backward_adding) {
   bool needs_grad = false;
   if (grad_mode) {
     for (const Variable& in : inputs) needs_grad = needs_grad || in.requires_grad();
@@ -35,6 +36,7 @@ Variable make_op(std::string op, Tensor y, std::vector<Variable> inputs, Backwar
     node->op = std::move(op);
     node->inputs = std::move(inputs);
     node->backward = std::move(backward);
+    node->backward_adding = std::move(backward_adding);
     out.data_->grad_fn = std::move(node);
   }
   return out;

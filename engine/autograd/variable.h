@@ -18,10 +18,16 @@ class Variable;
 // inputs were recorded; an undefined tensor means "no gradient for this input".
 using BackwardFn = std::function<std::vector<Tensor>(const Tensor& dy)>;
 
+// The backward of an op that can add its gradient for its first input into `sum`, a tensor that
+// already holds that input's other gradients (a residual fork's) and that nobody else sees, in the
+// same pass that computes it. It returns the gradients as BackwardFn does, the first undefined.
+using BackwardAddingFn = std::function<std::vector<Tensor>(const Tensor& dy, Tensor& sum)>;
+
 struct Node {
   std::string op;                 // for error messages: "conv2d", "linear", ...
   std::vector<Variable> inputs;   // the op's inputs, held so the graph stays alive until backward
   BackwardFn backward;
+  BackwardAddingFn backward_adding;  // optional
 };
 
 struct VariableData {
@@ -67,14 +73,17 @@ class Variable {
   bool same_as(const Variable& other) const { return data_ == other.data_; }
 
  private:
-  friend Variable make_op(std::string, Tensor, std::vector<Variable>, BackwardFn);
+  friend Variable make_op(std::string, Tensor, std::vector<Variable>, BackwardFn, BackwardAddingFn);
   std::shared_ptr<VariableData> data_;
 };
 
 // Records an op: y computed from inputs, with its backward function. When grad mode is off or
 // no input requires a gradient, y comes back as a plain value and nothing is recorded. This is
 // also how a custom op with a hand-written backward joins the tape.
-Variable make_op(std::string op, Tensor y, std::vector<Variable> inputs, BackwardFn backward);
+// backward_adding, when given, is used instead of backward where the first input's gradient has a
+// sum waiting that it may add into.
+Variable make_op(std::string op, Tensor y, std::vector<Variable> inputs, BackwardFn backward,
+                 BackwardAddingFn backward_adding = {});
 
 // Grad mode is per thread, so each replica thread controls its own.
 bool grad_enabled();

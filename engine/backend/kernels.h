@@ -14,6 +14,9 @@ struct KernelTable {
   void (*conv2d_forward)(Ctx&, const Conv2dParams&, const Tensor& x, const Tensor& w, const Tensor& b,
                          Tensor& y) = nullptr;
   void (*conv2d_backward_data)(Ctx&, const Conv2dParams&, const Tensor& dy, const Tensor& w, Tensor& dx) = nullptr;
+  // dx += the backward data, in one pass where the device can; dx has dy's memory format.
+  void (*conv2d_backward_data_add)(Ctx&, const Conv2dParams&, const Tensor& dy, const Tensor& w,
+                                   Tensor& dx) = nullptr;
   // db may be undefined when the convolution has no bias.
   void (*conv2d_backward_weights)(Ctx&, const Conv2dParams&, const Tensor& x, const Tensor& dy, Tensor& dw,
                                   Tensor& db) = nullptr;

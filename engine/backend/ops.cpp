@@ -45,8 +45,10 @@ Tensor conv2d_forward(Ctx& ctx, const Conv2dParams& p, const Tensor& x, const Te
   return y;
 }
 
-Tensor conv2d_backward_data(Ctx& ctx, const Conv2dParams& p, const Tensor& dy, const Tensor& w, const Shape& x_shape) {
-  constexpr std::string_view op = "conv2d_backward_data";
+namespace {
+
+void check_backward_data(std::string_view op, Ctx& ctx, const Conv2dParams& p, const Tensor& dy, const Tensor& w,
+                         const Shape& x_shape) {
   check_tensor(op, "dy", dy, ctx, DType::kF32, 4, "(N, K, P, Q)");
   check_tensor(op, "w", w, ctx, DType::kF32, 4, kWeights);
   check_shape4(op, "x_shape", x_shape, kNchw);
@@ -54,10 +56,28 @@ Tensor conv2d_backward_data(Ctx& ctx, const Conv2dParams& p, const Tensor& dy, c
   TANDEM_CHECK(dy.shape() == y_shape, ErrorCode::kInvalidArgument,
                "{}: dy has shape {} but convolving x_shape {} with w {} gives {}", op, dy.shape().str(),
                x_shape.str(), w.shape().str(), y_shape.str());
+}
+
+}  // namespace
+
+Tensor conv2d_backward_data(Ctx& ctx, const Conv2dParams& p, const Tensor& dy, const Tensor& w, const Shape& x_shape) {
+  constexpr std::string_view op = "conv2d_backward_data";
+  check_backward_data(op, ctx, p, dy, w, x_shape);
   auto fn = entry(table(ctx).conv2d_backward_data, op, ctx);
   Tensor dx = like(ctx, x_shape, dy.format());
   fn(ctx, p, dy, w, dx);
   return dx;
+}
+
+void conv2d_backward_data_add(Ctx& ctx, const Conv2dParams& p, const Tensor& dy, const Tensor& w, Tensor& dx_sum) {
+  constexpr std::string_view op = "conv2d_backward_data_add";
+  check_tensor(op, "dx_sum", dx_sum, ctx, DType::kF32, 4, kNchw);
+  check_backward_data(op, ctx, p, dy, w, dx_sum.shape());
+  if (dx_sum.format() != dy.format()) {  // rare (a model mixing layouts): a part, converted, then added
+    Tensor part = conv2d_backward_data(ctx, p, dy, w, dx_sum.shape()).to_format(dx_sum.format());
+    return axpy(ctx, 1.0f, part, dx_sum);
+  }
+  entry(table(ctx).conv2d_backward_data_add, op, ctx)(ctx, p, dy, w, dx_sum);
 }
 
 ConvWeightGrads conv2d_backward_weights(Ctx& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& dy,

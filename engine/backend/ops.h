@@ -15,6 +15,8 @@ Shape pool2d_output_shape(const Pool2dParams& p, const Shape& x);
 
 Tensor conv2d_forward(Ctx&, const Conv2dParams&, const Tensor& x, const Tensor& w, const Tensor& b = {});
 Tensor conv2d_backward_data(Ctx&, const Conv2dParams&, const Tensor& dy, const Tensor& w, const Shape& x_shape);
+// dx_sum += conv2d_backward_data(dy, w, dx_sum's shape): a gradient added into one already there.
+void conv2d_backward_data_add(Ctx&, const Conv2dParams&, const Tensor& dy, const Tensor& w, Tensor& dx_sum);
 struct ConvWeightGrads {
   Tensor dw, db;  // db undefined when with_bias is false
 };

@@ -120,6 +120,44 @@ TEST(Tape, CustomOpSuppliesItsOwnBackward) {
   EXPECT_EQ(x.grad().to_vector(), (std::vector<float>{3, 12, 27}));
 }
 
+// double(x) = 2x, with a backward that can add its gradient into a fork's sum; `added` counts the
+// times it did.
+Variable doubled(ExecutionContext& ctx, const Variable& x, int* added) {
+  auto backward = [&ctx](const Tensor& dy) { return std::vector<Tensor>{backend::scale(ctx, dy, 2.0f)}; };
+  auto backward_adding = [&ctx, added](const Tensor& dy, Tensor& sum) {
+    ++*added;
+    backend::axpy(ctx, 2.0f, dy, sum);
+    return std::vector<Tensor>(1);
+  };
+  return make_op("double", backend::scale(ctx, x.value(), 2.0f), {x}, backward, backward_adding);
+}
+
+TEST(Tape, AnOpAddsIntoItsInputsWaitingSumWhenNobodyElseSeesIt) {
+  ExecutionContext ctx;
+  // A residual block's shape: add_relu hands x's shortcut and the branch one shared gradient; the
+  // branch's scale makes its own, so when double's turn comes x's sum is the shortcut's alone.
+  // loss = sum(relu(2x + x) * r): dx = 3 r [x > 0]
+  Variable x = param({1, -2, 3, 0.5f}, {4}, "x");
+  Variable r(Tensor::from_vector({1, 2, 3, 4}, {4}));
+  int added = 0;
+  Variable branch = scale(ctx, doubled(ctx, x, &added), 1.0f);
+  sum(ctx, mul(ctx, add_relu(ctx, branch, x), r)).backward(&ctx);
+  EXPECT_EQ(added, 1);
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<float>{3, 0, 9, 12}));
+}
+
+TEST(Tape, AnOpDoesNotAddIntoASumThatIsAlsoItsOwnGradient) {
+  ExecutionContext ctx;
+  // Without the scale, double's dy is the very tensor waiting as x's sum: adding into it would
+  // change dy while it is read, so the plain backward runs and the engine sums.
+  Variable x = param({1, -2, 3, 0.5f}, {4}, "x");
+  Variable r(Tensor::from_vector({1, 2, 3, 4}, {4}));
+  int added = 0;
+  sum(ctx, mul(ctx, add_relu(ctx, doubled(ctx, x, &added), x), r)).backward(&ctx);
+  EXPECT_EQ(added, 0);
+  EXPECT_EQ(x.grad().to_vector(), (std::vector<float>{3, 0, 9, 12}));
+}
+
 TEST(Tape, BackwardNeedsAScalar) {
   ExecutionContext ctx;
   Variable a = param({1, 2}, {2});

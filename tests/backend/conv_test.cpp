@@ -37,6 +37,9 @@ std::vector<ConvCase> fixed_cases() {
       {{2, 16, 7, 6}, {16, 16, 3, 3}, params(2, 1, 1, 1, 1, 1, 1), true},
       {{2, 16, 5, 5}, {32, 16, 3, 3}, params(2, 2, 1, 1, 1, 1, 1), false},  // 16 in, 32 out: plain nhwc
       {{2, 16, 5, 5}, {16, 16, 3, 3}, params(1, 1, 1, 1, 1, 1, 1), false},
+      // stride 1: backward data runs as a forward convolution of the turned-around weights
+      {{2, 3, 6, 5}, {4, 3, 3, 1}, params(1, 1, 1, 0, 1, 1, 1), true},   // padding K-1-pad = (1, 0)
+      {{1, 4, 6, 6}, {5, 4, 3, 2}, params(1, 1, 0, 1, 1, 1, 1), false},  // padding (2, 0)
   };
 }
 
@@ -105,6 +108,25 @@ TEST_P(ConvTest, ForwardAndBackwardsMatchReference) {
   }
 }
 
+// dx_sum += backward data: into a sum in dy's format (one pass where the kernel can) and in the
+// other format (a separate part, then the add).
+TEST_P(ConvTest, BackwardDataAddsIntoASum) {
+  const auto& [c, format] = GetParam();
+  Shape ys = conv2d_output_shape(c.p, c.x, c.w);
+  Vec w = random_vec(static_cast<size_t>(c.w.numel()), 2);
+  Vec dy = random_vec(static_cast<size_t>(ys.numel()), 4);
+  Vec before = random_vec(static_cast<size_t>(c.x.numel()), 7);
+  Vec want = conv2d_backward_data_ref(c.p, dy, w, c.w, c.x);
+  for (size_t i = 0; i < want.size(); ++i) want[i] += before[i];
+  for (MemoryFormat sum_format : {format, format == MemoryFormat::kContiguous ? MemoryFormat::kChannelsLast
+                                                                             : MemoryFormat::kContiguous}) {
+    Tensor sum = to_tensor(before, c.x, sum_format);
+    conv2d_backward_data_add(ctx_, c.p, to_tensor(dy, ys, format), to_tensor(w, c.w), sum);
+    EXPECT_EQ(sum.format(), sum_format);
+    EXPECT_LT(rel_error(to_vec(sum), want), 1e-4) << memory_format_name(sum_format);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, ConvTest,
                          ::testing::Combine(::testing::ValuesIn(all_cases()),
                                             ::testing::Values(MemoryFormat::kContiguous,
@@ -149,6 +171,10 @@ TEST(Conv, WeightsInChannelsLastGiveTheSameResult) {
   Vec w = random_vec(static_cast<size_t>(ws.numel()), 6);
   Tensor y = conv2d_forward(ctx, p, to_tensor(x, xs), to_tensor(w, ws, MemoryFormat::kChannelsLast));
   EXPECT_LT(rel_error(to_vec(y), conv2d_ref(p, x, xs, w, ws, {})), 1e-4);
+  Shape ys = y.shape();
+  Vec dy = random_vec(static_cast<size_t>(ys.numel()), 7);
+  Tensor dx = conv2d_backward_data(ctx, p, to_tensor(dy, ys), to_tensor(w, ws, MemoryFormat::kChannelsLast), xs);
+  EXPECT_LT(rel_error(to_vec(dx), conv2d_backward_data_ref(p, dy, w, ws, xs)), 1e-4);
 }
 
 }  // namespace

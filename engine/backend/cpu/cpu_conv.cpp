@@ -16,7 +16,7 @@ namespace {
 using dnnl::algorithm;
 using dnnl::prop_kind;
 
-enum PlanOp : int64_t { kConvForward = 1, kConvBackwardData, kConvBackwardWeights };
+enum PlanOp : int64_t { kConvForward = 1, kConvBackwardData, kConvBackwardWeights, kConvBackwardDataAsForward };
 
 struct Geometry {
   memory::dims strides, dilates, pad_l, pad_r;
@@ -146,6 +146,89 @@ BackwardWeightsPlan backward_weights_plan(const Conv2dParams& p, const Tensor& x
   return bw;
 }
 
+// Backward data of a stride-1 convolution is a forward convolution of dy with the weights turned
+// around: input and output channels swapped, the kernel rotated by 180 degrees, padding K-1-pad.
+// oneDNN 2.6's forward kernels (brgconv) outrun its backward-data ones on ResNet's 3x3 layers, and
+// only a forward convolution takes a sum post-op, which adds the result into a gradient already
+// there (a residual fork's) instead of a separate pass.
+bool backward_data_as_forward(const Conv2dParams& p, const Shape& w) {
+  return p.groups == 1 && p.stride[0] == 1 && p.stride[1] == 1 && p.dilation[0] == 1 && p.dilation[1] == 1 &&
+         p.padding[0] <= w[2] - 1 && p.padding[1] <= w[3] - 1;
+}
+
+Conv2dParams turned_around(const Conv2dParams& p, const Shape& w) {
+  Conv2dParams t = p;
+  t.padding = {w[2] - 1 - p.padding[0], w[3] - 1 - p.padding[1]};
+  return t;
+}
+
+struct TurnedPlan {
+  memory::desc dy_md, dx_md, turned_w_md;  // turned_w_md: plain oihw of (C, K, R, S)
+  dnnl::convolution_forward::primitive_desc pd;
+  dnnl::convolution_forward prim;
+  std::optional<dnnl::reorder> w_reorder;
+};
+
+TurnedPlan turned_plan(const Conv2dParams& p, const Tensor& dy, const Shape& w, const Tensor& dx, bool add,
+                       bool alias) {
+  auto [dy_md, dx_md] = activation_mds(p, dy, dx, alias);
+  Shape turned({w[1], w[0], w[2], w[3]});
+  TurnedPlan t{dy_md, dx_md, weights_md(turned, MemoryFormat::kContiguous, 1), {}, {}, {}};
+  dnnl::primitive_attr attr = user_scratchpad_attr();
+  if (add) {
+    dnnl::post_ops ops;
+    ops.append_sum(1.0f);
+    attr.set_post_ops(ops);
+  }
+  t.pd = forward_pd(turned_around(p, w), t.dy_md, turned, t.dx_md, false, attr);
+  t.prim = dnnl::convolution_forward(t.pd);
+  t.w_reorder = reorder_if_needed(t.turned_w_md, t.pd.weights_desc());
+  return t;
+}
+
+// out (C, K, R, S) contiguous = w (K, C, R, S) in its format, channels swapped, kernel rotated.
+void turn_weights(const Tensor& w, float* out) {
+  const int64_t K = w.dim(0), C = w.dim(1), R = w.dim(2), S = w.dim(3);
+  bool last = w.format() == MemoryFormat::kChannelsLast;  // ohwi
+  const int64_t sk = last ? R * S * C : C * R * S, sc = last ? 1 : R * S, sr = last ? S * C : S, ss = last ? C : 1;
+  const float* in = w.data<float>();
+  for (int64_t c = 0; c < C; ++c) {
+    for (int64_t k = 0; k < K; ++k) {
+      float* o = out + (c * K + k) * R * S;
+      for (int64_t r = 0; r < R; ++r) {
+        for (int64_t q = 0; q < S; ++q) o[(R - 1 - r) * S + (S - 1 - q)] = in[k * sk + c * sc + r * sr + q * ss];
+      }
+    }
+  }
+}
+
+// dx (+)= the forward convolution of dy with the turned weights.
+void backward_data_turned(Ctx& ctx, const Conv2dParams& p, const Tensor& dy, const Tensor& w, Tensor& dx,
+                          bool add) {
+  static PlanCache<TurnedPlan> cache;
+  PlanKey key = conv_key(kConvBackwardDataAsForward, ctx, p, dx, w.shape(), w.format(), add);
+  const TurnedPlan& plan = cache.get(key, [&] {
+    return dnnl_check("convolution_forward::primitive_desc (backward data)", {&dy, &w, &dx}, [&] {
+      return with_fastest_description([&](bool alias) { return turned_plan(p, dy, w.shape(), dx, add, alias); });
+    });
+  });
+  Tensor turned = allocate_buffer(ctx, plan.turned_w_md);
+  turn_weights(w, static_cast<float*>(turned.raw_data()));
+  Tensor w_buffer;
+  memory weights = make_memory(plan.turned_w_md, turned);
+  if (plan.w_reorder) {
+    w_buffer = allocate_buffer(ctx, plan.pd.weights_desc());
+    memory wanted = make_memory(plan.pd.weights_desc(), w_buffer);
+    run_reorder(*plan.w_reorder, weights, wanted, w);
+    weights = wanted;
+  }
+  Args args{{DNNL_ARG_SRC, make_memory(plan.dy_md, dy)},
+            {DNNL_ARG_WEIGHTS, weights},
+            {DNNL_ARG_DST, make_memory(plan.dx_md, dx)}};
+  Tensor scratch = add_scratchpad(ctx, plan.pd, args);
+  execute("convolution_forward::execute (backward data)", {&dy, &w, &dx}, plan.prim, args);
+}
+
 }  // namespace
 
 void conv2d_forward(Ctx& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& b,
@@ -177,6 +260,7 @@ void conv2d_forward(Ctx& ctx, const Conv2dParams& p, const Tensor& x, const Tens
 
 void conv2d_backward_data(Ctx& ctx, const Conv2dParams& p, const Tensor& dy, const Tensor& w, Tensor& dx) {
   apply_thread_budget(ctx);
+  if (backward_data_as_forward(p, w.shape())) return backward_data_turned(ctx, p, dy, w, dx, false);
   static PlanCache<BackwardDataPlan> cache;
   const BackwardDataPlan& plan = cache.get(conv_key(kConvBackwardData, ctx, p, dx, w.shape(), w.format(), false), [&] {
     return dnnl_check("convolution_backward_data::primitive_desc", {&dy, &w, &dx}, [&] {
@@ -202,6 +286,16 @@ void conv2d_backward_data(Ctx& ctx, const Conv2dParams& p, const Tensor& dy, con
             {DNNL_ARG_DIFF_SRC, make_memory(plan.dx_md, dx)}};
   Tensor scratch = add_scratchpad(ctx, plan.pd, args);
   execute("convolution_backward_data::execute", {&dy, &w, &dx}, plan.prim, args);
+}
+
+void conv2d_backward_data_add(Ctx& ctx, const Conv2dParams& p, const Tensor& dy, const Tensor& w, Tensor& dx) {
+  if (backward_data_as_forward(p, w.shape())) {
+    apply_thread_budget(ctx);
+    return backward_data_turned(ctx, p, dy, w, dx, true);
+  }
+  Tensor part = Tensor::empty(dx.shape(), DType::kF32, dx.device(), dx.format());
+  conv2d_backward_data(ctx, p, dy, w, part);
+  axpy(ctx, 1.0f, part, dx);
 }
 
 void conv2d_backward_weights(Ctx& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& dy, Tensor& dw,

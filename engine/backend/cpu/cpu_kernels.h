@@ -9,6 +9,7 @@ namespace tandem::backend::cpu {
 // cpu_conv.cpp
 void conv2d_forward(Ctx&, const Conv2dParams&, const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y);
 void conv2d_backward_data(Ctx&, const Conv2dParams&, const Tensor& dy, const Tensor& w, Tensor& dx);
+void conv2d_backward_data_add(Ctx&, const Conv2dParams&, const Tensor& dy, const Tensor& w, Tensor& dx);
 void conv2d_backward_weights(Ctx&, const Conv2dParams&, const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& db);
 
 // cpu_batchnorm.cpp

@@ -9,6 +9,7 @@ const KernelTable& kernel_table() {
     KernelTable t;
     t.conv2d_forward = conv2d_forward;
     t.conv2d_backward_data = conv2d_backward_data;
+    t.conv2d_backward_data_add = conv2d_backward_data_add;
     t.conv2d_backward_weights = conv2d_backward_weights;
     t.batchnorm_forward_training = batchnorm_forward_training;
     t.batchnorm_forward_inference = batchnorm_forward_inference;

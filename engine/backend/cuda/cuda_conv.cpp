@@ -215,6 +215,14 @@ void conv2d_backward_data(Ctx& ctx, const Conv2dParams& p, const Tensor& dy, con
   unstage_activation(plan, call.cudnn.x, dx, stream);
 }
 
+// cuDNN's beta = 1 would add in the same pass, but not through the bf16/TF32 staging buffers:
+// a separate part and an add keep one path for every precision.
+void conv2d_backward_data_add(Ctx& ctx, const Conv2dParams& p, const Tensor& dy, const Tensor& w, Tensor& dx) {
+  Tensor part = Tensor::empty(dx.shape(), DType::kF32, dx.device(), dx.format());
+  conv2d_backward_data(ctx, p, dy, w, part);
+  axpy(ctx, 1.0f, part, dx);
+}
+
 void conv2d_backward_weights(Ctx& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& dy, Tensor& dw,
                              Tensor& db) {
   CudaContext& cc = cuda_context(ctx);

@@ -10,6 +10,7 @@ namespace tandem::backend::cuda {
 // cuda_conv.cpp (cuDNN)
 void conv2d_forward(Ctx&, const Conv2dParams&, const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y);
 void conv2d_backward_data(Ctx&, const Conv2dParams&, const Tensor& dy, const Tensor& w, Tensor& dx);
+void conv2d_backward_data_add(Ctx&, const Conv2dParams&, const Tensor& dy, const Tensor& w, Tensor& dx);
 void conv2d_backward_weights(Ctx&, const Conv2dParams&, const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& db);
 
 // cuda_batchnorm.cpp (cuDNN)
