@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "engine/autograd/ops.h"
@@ -37,15 +38,19 @@ GradCheckResult check_gradients(ExecutionContext& ctx, const std::function<Varia
   Generator g(options.seed);
   std::vector<float> weights(static_cast<size_t>(y.value().numel()));
   for (float& w : weights) w = g.uniform(-1, 1);
-  Tensor w = Tensor::from_vector(weights, y.shape()).to(y.value().device());
+  Tensor w = Tensor::from_vector(weights, y.shape()).to_format(y.value().format()).to(y.value().device());
   Variable loss = sum(ctx, mul(ctx, y, Variable(w)));
   loss.backward(&ctx);
 
   GradCheckResult result;
   double worst_excess = -1;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    std::vector<float> analytic = vars[i].has_grad() ? vars[i].grad().to(Device::cpu()).to_vector()
-                                                     : std::vector<float>(static_cast<size_t>(inputs[i].numel()), 0.0f);
+    // In the input's memory order, the order the probes below perturb its elements in.
+    std::vector<float> analytic(static_cast<size_t>(inputs[i].numel()), 0.0f);
+    if (vars[i].has_grad()) {
+      Tensor grad = vars[i].grad().to(Device::cpu()).to_format(inputs[i].format());
+      std::copy_n(grad.data<float>(), grad.numel(), analytic.begin());
+    }
     std::vector<Tensor> probe = inputs;
     for (int64_t e = 0; e < inputs[i].numel(); ++e) {
       probe[i] = inputs[i].clone();

@@ -2,6 +2,8 @@
 // hand-written backward is wrong, naming the element.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "engine/autograd/gradcheck.h"
 #include "engine/autograd/ops.h"
 
@@ -33,6 +35,22 @@ TEST(GradCheck, PassesOpsWithTheRightBackward) {
   GradCheckResult custom = check_gradients(ctx, [](const std::vector<Variable>& v) { return cube(v[0], 3.0f); }, {x});
   EXPECT_TRUE(custom.ok) << custom.worst;
   EXPECT_LT(custom.max_abs_error, 1e-2);
+}
+
+// A channels_last input is perturbed in its memory order and compared in the same order, and the
+// projection takes the output's layout (a convolution keeps its input's).
+TEST(GradCheck, ChecksChannelsLastInputsInTheirMemoryOrder) {
+  ExecutionContext ctx(Device::cpu());
+  std::vector<float> xs(2 * 3 * 4 * 5), ws(4 * 3 * 3 * 3);
+  for (size_t i = 0; i < xs.size(); ++i) xs[i] = std::sin(0.37f * static_cast<float>(i));
+  for (size_t i = 0; i < ws.size(); ++i) ws[i] = std::cos(0.91f * static_cast<float>(i));
+  Tensor x = Tensor::from_vector(xs, {2, 3, 4, 5}).to_format(MemoryFormat::kChannelsLast);
+  Tensor w = Tensor::from_vector(ws, {4, 3, 3, 3});
+  Conv2dParams p;
+  p.padding = {1, 1};
+  GradCheckResult conv = check_gradients(
+      ctx, [&](const std::vector<Variable>& v) { return conv2d(ctx, v[0], v[1], Variable(), p); }, {x, w});
+  EXPECT_TRUE(conv.ok) << conv.worst;
 }
 
 TEST(GradCheck, CatchesAWrongBackwardAndNamesTheElement) {
