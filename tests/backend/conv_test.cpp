@@ -37,12 +37,13 @@ std::vector<ConvCase> fixed_cases() {
       {{2, 16, 7, 6}, {16, 16, 3, 3}, params(2, 1, 1, 1, 1, 1, 1), true},
       {{2, 16, 5, 5}, {32, 16, 3, 3}, params(2, 2, 1, 1, 1, 1, 1), false},  // 16 in, 32 out: plain nhwc
       {{2, 16, 5, 5}, {16, 16, 3, 3}, params(1, 1, 1, 1, 1, 1, 1), false},
-      // stride 1: backward data runs as a forward convolution of the turned-around weights
-      {{2, 3, 6, 5}, {4, 3, 3, 1}, params(1, 1, 1, 0, 1, 1, 1), true},   // padding K-1-pad = (1, 0)
-      {{1, 4, 6, 6}, {5, 4, 3, 2}, params(1, 1, 0, 1, 1, 1, 1), false},  // padding (2, 0)
+      // stride 1 on planes of 7x7 and more: backward data runs as a forward convolution of the
+      // turned-around weights
+      {{2, 3, 8, 7}, {4, 3, 3, 1}, params(1, 1, 1, 0, 1, 1, 1), true},   // padding K-1-pad = (1, 0)
+      {{1, 4, 7, 8}, {5, 4, 3, 2}, params(1, 1, 0, 1, 1, 1, 1), false},  // padding (2, 0)
       // ResNet-20's later stages: oneDNN picks other kernels (brgconv) for 32 and 64 channels
-      {{2, 32, 6, 6}, {32, 32, 3, 3}, params(1, 1, 1, 1, 1, 1, 1), false},
-      {{2, 64, 4, 4}, {64, 64, 3, 3}, params(1, 1, 1, 1, 1, 1, 1), false},
+      {{2, 32, 7, 7}, {32, 32, 3, 3}, params(1, 1, 1, 1, 1, 1, 1), false},
+      {{2, 64, 7, 7}, {64, 64, 3, 3}, params(1, 1, 1, 1, 1, 1, 1), false},
   };
 }
 

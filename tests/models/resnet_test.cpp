@@ -196,13 +196,13 @@ TEST(ResNet, BasicBlockInputGradientMatchesFiniteDifferences) {
       for (float& f : v) f = g.uniform(-1, 1);
       return Tensor::from_vector(v, s).to_format(MemoryFormat::kChannelsLast);
     };
-    Tensor x = random({2, c, 4, 4}), w = random({2, c, 4, 4});
+    Tensor x = random({2, c, 7, 7}), w = random({2, c, 7, 7});  // 7x7: the turned-around path
     autograd::Variable xv(x.clone(), true);
     autograd::Variable loss = autograd::sum(ctx, autograd::mul(ctx, block.forward(ctx, xv), autograd::Variable(w)));
     loss.backward(&ctx);
     Tensor analytic = xv.grad().to_format(MemoryFormat::kChannelsLast);
     int checked = 0, sampled = 0;
-    for (int64_t e = 0; e < x.numel(); e += 11, ++sampled) {
+    for (int64_t e = 0; e < x.numel(); e += 23, ++sampled) {
       double coarse = central_difference(ctx, block, x, w, e, 4e-3f);
       double fine = central_difference(ctx, block, x, w, e, 2e-3f);
       if (std::fabs(coarse - fine) > 5e-3 + 2e-2 * std::fabs(fine)) continue;  // a kink

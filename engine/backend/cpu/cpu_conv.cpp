@@ -148,12 +148,16 @@ BackwardWeightsPlan backward_weights_plan(const Conv2dParams& p, const Tensor& x
 
 // Backward data of a stride-1 convolution is a forward convolution of dy with the weights turned
 // around: input and output channels swapped, the kernel rotated by 180 degrees, padding K-1-pad.
-// oneDNN 2.6's forward kernels (brgconv) outrun its backward-data ones on ResNet's 3x3 layers, and
-// only a forward convolution takes a sum post-op, which adds the result into a gradient already
-// there (a residual fork's) instead of a separate pass.
-bool backward_data_as_forward(const Conv2dParams& p, const Shape& w) {
+// Only a forward convolution takes a sum post-op, which adds the result into a gradient already
+// there (a residual fork's) instead of a separate pass. On planes of 7x7 and more oneDNN 2.6's
+// forward kernels (brgconv) also match or outrun its backward-data ones (ResNet-20's 64 channels
+// at 7x7: 1.04 against 1.38 ms); on smaller ones they fall behind (ResNet-18's 512 channels at
+// 2x2: 3.3 against 1.9 ms), so those keep the backward-data kernel.
+constexpr int64_t kSmallestTurnedPlane = 7 * 7;
+
+bool backward_data_as_forward(const Conv2dParams& p, const Shape& w, const Shape& x) {
   return p.groups == 1 && p.stride[0] == 1 && p.stride[1] == 1 && p.dilation[0] == 1 && p.dilation[1] == 1 &&
-         p.padding[0] <= w[2] - 1 && p.padding[1] <= w[3] - 1;
+         p.padding[0] <= w[2] - 1 && p.padding[1] <= w[3] - 1 && x[2] * x[3] >= kSmallestTurnedPlane;
 }
 
 Conv2dParams turned_around(const Conv2dParams& p, const Shape& w) {
@@ -260,7 +264,7 @@ void conv2d_forward(Ctx& ctx, const Conv2dParams& p, const Tensor& x, const Tens
 
 void conv2d_backward_data(Ctx& ctx, const Conv2dParams& p, const Tensor& dy, const Tensor& w, Tensor& dx) {
   apply_thread_budget(ctx);
-  if (backward_data_as_forward(p, w.shape())) return backward_data_turned(ctx, p, dy, w, dx, false);
+  if (backward_data_as_forward(p, w.shape(), dx.shape())) return backward_data_turned(ctx, p, dy, w, dx, false);
   static PlanCache<BackwardDataPlan> cache;
   const BackwardDataPlan& plan = cache.get(conv_key(kConvBackwardData, ctx, p, dx, w.shape(), w.format(), false), [&] {
     return dnnl_check("convolution_backward_data::primitive_desc", {&dy, &w, &dx}, [&] {
@@ -289,7 +293,7 @@ void conv2d_backward_data(Ctx& ctx, const Conv2dParams& p, const Tensor& dy, con
 }
 
 void conv2d_backward_data_add(Ctx& ctx, const Conv2dParams& p, const Tensor& dy, const Tensor& w, Tensor& dx) {
-  if (backward_data_as_forward(p, w.shape())) {
+  if (backward_data_as_forward(p, w.shape(), dx.shape())) {
     apply_thread_budget(ctx);
     return backward_data_turned(ctx, p, dy, w, dx, true);
   }
