@@ -172,7 +172,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ConvGradientTest,
 TEST(Conv, WeightsInChannelsLastGiveTheSameResult) {
   ExecutionContext ctx(Device::cpu(), 2, 1);
   Conv2dParams p = params(1, 1, 1, 1, 1, 1, 1);
-  Shape xs{2, 5, 6, 7}, ws{3, 5, 3, 3};
+  Shape xs{2, 5, 7, 8}, ws{3, 5, 3, 3};  // a plane over 7x7: backward data turns the ohwi weights
   Vec x = random_vec(static_cast<size_t>(xs.numel()), 5);
   Vec w = random_vec(static_cast<size_t>(ws.numel()), 6);
   Tensor y = conv2d_forward(ctx, p, to_tensor(x, xs), to_tensor(w, ws, MemoryFormat::kChannelsLast));
@@ -181,6 +181,24 @@ TEST(Conv, WeightsInChannelsLastGiveTheSameResult) {
   Vec dy = random_vec(static_cast<size_t>(ys.numel()), 7);
   Tensor dx = conv2d_backward_data(ctx, p, to_tensor(dy, ys), to_tensor(w, ws, MemoryFormat::kChannelsLast), xs);
   EXPECT_LT(rel_error(to_vec(dx), conv2d_backward_data_ref(p, dy, w, ws, xs)), 1e-4);
+}
+
+// An empty batch (the last batch of a tiny shard) gives empty activations' gradients and zero
+// weight gradients, through both backward-data paths.
+TEST(Conv, AnEmptyBatchGivesEmptyGradients) {
+  ExecutionContext ctx(Device::cpu(), 2, 1);
+  for (int64_t plane : {5, 8}) {
+    Conv2dParams p = params(1, 1, 1, 1, 1, 1, 1);
+    Shape xs{0, 4, plane, plane}, ws{6, 4, 3, 3};
+    Tensor x = Tensor::empty(xs, DType::kF32, Device::cpu(), MemoryFormat::kChannelsLast);
+    Tensor w = to_tensor(random_vec(static_cast<size_t>(ws.numel()), 3), ws);
+    Tensor y = conv2d_forward(ctx, p, x, w);
+    EXPECT_EQ(y.shape(), Shape({0, 6, plane, plane}));
+    EXPECT_EQ(conv2d_backward_data(ctx, p, y, w, xs).shape(), xs);
+    conv2d_backward_data_add(ctx, p, y, w, x);
+    ConvWeightGrads g = conv2d_backward_weights(ctx, p, x, y, ws, false);
+    for (float v : g.dw.to_vector()) ASSERT_EQ(v, 0.0f) << "plane " << plane;
+  }
 }
 
 }  // namespace
