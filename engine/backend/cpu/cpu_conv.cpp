@@ -37,12 +37,13 @@ memory::desc any_weights_md(const Shape& w, int64_t groups) {
   return memory::desc(dims, memory::data_type::f32, memory::format_tag::any);
 }
 
+// flag: with a bias (forward, backward weights), or adding into dx (turned-around backward data).
 PlanKey conv_key(PlanOp op, const Ctx& ctx, const Conv2dParams& p, const Tensor& act, const Shape& w,
-                 MemoryFormat w_format, bool bias) {
+                 MemoryFormat w_format, bool flag) {
   PlanKey key(op);
   key.add(act.shape().dims()).add(w.dims()).add({p.stride[0], p.stride[1], p.padding[0], p.padding[1]});
   key.add({p.dilation[0], p.dilation[1], p.groups, static_cast<int64_t>(act.format())});
-  key.add({static_cast<int64_t>(w_format), bias ? 1 : 0, ctx.num_threads()});
+  key.add({static_cast<int64_t>(w_format), flag ? 1 : 0, ctx.num_threads()});
   return key;
 }
 
@@ -157,7 +158,8 @@ constexpr int64_t kSmallestTurnedPlane = 7 * 7;
 
 bool backward_data_as_forward(const Conv2dParams& p, const Shape& w, const Shape& x) {
   return p.groups == 1 && p.stride[0] == 1 && p.stride[1] == 1 && p.dilation[0] == 1 && p.dilation[1] == 1 &&
-         p.padding[0] <= w[2] - 1 && p.padding[1] <= w[3] - 1 && x[2] * x[3] >= kSmallestTurnedPlane;
+         p.padding[0] <= w[2] - 1 && p.padding[1] <= w[3] - 1 && x[2] * x[3] >= kSmallestTurnedPlane &&
+         w.numel() > 0;  // no weights to turn: the backward-data kernel's path, as before
 }
 
 Conv2dParams turned_around(const Conv2dParams& p, const Shape& w) {
@@ -219,15 +221,9 @@ void backward_data_turned(Ctx& ctx, const Conv2dParams& p, const Tensor& dy, con
   Tensor turned = allocate_buffer(ctx, plan.turned_w_md);
   turn_weights(w, static_cast<float*>(turned.raw_data()));
   Tensor w_buffer;
-  memory weights = make_memory(plan.turned_w_md, turned);
-  if (plan.w_reorder) {
-    w_buffer = allocate_buffer(ctx, plan.pd.weights_desc());
-    memory wanted = make_memory(plan.pd.weights_desc(), w_buffer);
-    run_reorder(*plan.w_reorder, weights, wanted, w);
-    weights = wanted;
-  }
   Args args{{DNNL_ARG_SRC, make_memory(plan.dy_md, dy)},
-            {DNNL_ARG_WEIGHTS, weights},
+            {DNNL_ARG_WEIGHTS, prepared_weights(ctx, plan.w_reorder, plan.turned_w_md, plan.pd.weights_desc(), turned,
+                                                w_buffer)},
             {DNNL_ARG_DST, make_memory(plan.dx_md, dx)}};
   Tensor scratch = add_scratchpad(ctx, plan.pd, args);
   execute("convolution_forward::execute (backward data)", {&dy, &w, &dx}, plan.prim, args);
