@@ -27,8 +27,8 @@ using testing::read_text;
 // 512 records, global batch 32: twelve epochs. Long enough (about a second on our machines) that a
 // round's signal, at most 300 ms after the start, cannot come after the run's end: with three
 // epochs a fast machine finished in the first long wait, and the soak soaked nothing.
-constexpr int64_t kSteps = 192;
-constexpr int kEpochs = 12;
+constexpr int kRecords = 512, kBatch = 32, kEpochs = 12;
+constexpr int64_t kSteps = kRecords / kBatch * kEpochs;
 
 // (step, tag) -> value text for the deterministic tags; throughput rows only counted.
 struct Metrics {
@@ -62,8 +62,9 @@ TEST(TrainerSoak, KilledAndResumedTenTimesEndsAsAnUninterruptedRun) {
   if (std::string reason = testing::cli_skip_reason(); !reason.empty()) GTEST_SKIP() << reason;
   const fs::path dir = fs::temp_directory_path() / fmt::format("tandem-soak-{}", getpid());
   fs::remove_all(dir);
-  testing::write_fashion_tfrecords(dir, 512);
-  std::ofstream(dir / "run.yaml") << testing::fashion_config(dir, fmt::format("{{global_batch_size: 32, epochs: {}, log_every_steps: 1}}", kEpochs));
+  testing::write_fashion_tfrecords(dir, static_cast<size_t>(kRecords));
+  std::ofstream(dir / "run.yaml") << testing::fashion_config(
+      dir, fmt::format("{{global_batch_size: {}, epochs: {}, log_every_steps: 1}}", kBatch, kEpochs));
   auto args = [&](const std::string& run) {
     return fmt::format("--config {} --run-dir {} --set deterministic=true --set checkpoint.every_steps=5 "
                        "--set checkpoint.resume=auto",
