@@ -172,6 +172,28 @@ TEST(CudaConv, Fp32MatchesCpuInBothFormats) {
   check_all_cases(ctx, kFp32Tolerance);
 }
 
+// dx_sum += backward data (a residual fork's gradient added into): the GPU's sum in both formats
+// against the CPU backend's.
+TEST(CudaConv, BackwardDataAddsIntoASumLikeCpu) {
+  TANDEM_REQUIRE_GPU();
+  Contexts ctx;
+  ContextBinding bind(ctx.gpu);
+  uint64_t seed = 500;
+  for (const ConvCase& c : cases()) {
+    Inputs in = make_inputs(c, seed += 10);
+    Tensor before = Tensor::from_vector(random_floats(c.x.numel(), seed + 5), c.x);
+    Tensor want = before.clone();
+    conv2d_backward_data_add(ctx.cpu, c.p, in.dy, in.w, want);
+    for (MemoryFormat format : kFormats) {
+      SCOPED_TRACE(trace(c, format));
+      Inputs on_gpu = place(in, ctx.gpu, format);
+      Tensor sum = (format == MemoryFormat::kContiguous ? before : before.to_format(format)).to(kGpu);
+      conv2d_backward_data_add(ctx.gpu, c.p, on_gpu.dy, on_gpu.w, sum);
+      EXPECT_TRUE(close(values(sum), values(want), kFp32Tolerance, "dx_sum"));
+    }
+  }
+}
+
 // The first call of each problem times the algorithms (cudnnFind*AlgorithmEx), the second reuses
 // the choice: both must be right.
 TEST(CudaConv, CudnnBenchmarkMatchesCpu) {
