@@ -96,6 +96,10 @@ class Callback {
   virtual void on_step_end(const StepReport& /*step*/, TrainerControl& /*control*/) {}
   virtual void on_epoch_end(const EpochReport& /*epoch*/, TrainerControl& /*control*/) {}
   virtual void on_eval_end(const EvalReport& /*eval*/, TrainerControl& /*control*/) {}
+  // Before the checkpoint of `step` is written. What a callback records outside the checkpoint and a
+  // run resumed from it does not write again (metrics rows up to the step) must reach the disk here:
+  // a kill right after the save must not lose it.
+  virtual void on_checkpoint_begin(int64_t /*step*/, TrainerControl& /*control*/) {}
   // After a checkpoint is committed (the directory of its step).
   virtual void on_checkpoint(const CheckpointReport& /*checkpoint*/, TrainerControl& /*control*/) {}
   // After a run that ended without an error (stopped early, or not).

@@ -43,7 +43,9 @@ void MetricsWriter::on_eval_end(const EvalReport& eval, TrainerControl&) {
   for (const auto& [tag, value] : eval.scalars.values) sink_->scalar(tag, value, eval.step);
 }
 
-void MetricsWriter::on_checkpoint(const CheckpointReport&, TrainerControl&) { sink_->flush(); }
+// Before the save, not after: a kill between the save and a later flush would lose rows of steps
+// the resumed run starts after and never writes again.
+void MetricsWriter::on_checkpoint_begin(int64_t, TrainerControl&) { sink_->flush(); }
 
 void MetricsWriter::on_train_end(const RunSummary&) { sink_->flush(); }
 

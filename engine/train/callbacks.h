@@ -13,15 +13,15 @@
 namespace tandem::train {
 
 // Writes every reported scalar (train, eval, GPU readings) to a MetricsSink: at a run's start it
-// drops what the sink holds past the start step (MetricsSink::resume_at); it flushes at each
-// checkpoint, so metrics up to a checkpoint reach the disk with it, and at the end.
+// drops what the sink holds past the start step (MetricsSink::resume_at); it flushes before each
+// checkpoint is written, so metrics up to a checkpoint are on disk before it exists, and at the end.
 class MetricsWriter : public Callback {
  public:
   explicit MetricsWriter(std::shared_ptr<MetricsSink> sink);
   void on_train_begin(const RunInfo& run, TrainerControl& control) override;
   void on_step_end(const StepReport& step, TrainerControl& control) override;
   void on_eval_end(const EvalReport& eval, TrainerControl& control) override;
-  void on_checkpoint(const CheckpointReport& checkpoint, TrainerControl& control) override;
+  void on_checkpoint_begin(int64_t step, TrainerControl& control) override;
   void on_train_end(const RunSummary& summary) override;
 
  private:

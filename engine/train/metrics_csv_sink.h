@@ -22,7 +22,7 @@ class MetricsCsvSink final : public MetricsSink {
   // Opens run_dir/metrics.csv for appending: a resumed run adds rows under the ones it already
   // has. A new or empty file gets the header; an existing file with another first line is a
   // FailedPrecondition (it is not ours to append to). Rows reach the file at flush() and at
-  // least every flush_every_s seconds while scalars come.
+  // least every flush_every_s seconds while scalars come; flush() also syncs them to the disk.
   explicit MetricsCsvSink(const std::filesystem::path& run_dir, double flush_every_s = 2.0);
   ~MetricsCsvSink() override;  // flushes and closes; an error there is logged, never thrown
   MetricsCsvSink(const MetricsCsvSink&) = delete;

@@ -512,9 +512,10 @@ void ReplicaLoop::checkpoint(int64_t epoch, int64_t batches_into_epoch, const Ba
     meta.config = shared_.setup.resolved_config;
     fill_run_state(meta);
     finish_progress_line();
+    // MetricsWriter flushes here: metrics up to this step are on disk before the checkpoint exists,
+    // so a kill at any point loses only rows of steps after the checkpoint a resumed run starts from.
+    shared_.for_each_callback([&](Callback& c) { c.on_checkpoint_begin(step_, shared_.control); });
     CheckpointReport report{step_, epoch, shared_.checkpoints->save(*model_, *optimizer_, meta)};  // logs where it went
-    // MetricsWriter flushes here: metrics up to the checkpoint reach the disk with it, and a kill
-    // from here on loses only rows a resumed run writes again.
     shared_.for_each_callback([&](Callback& c) { c.on_checkpoint(report, shared_.control); });
   }
   // No replica may write its next position before replica 0 has copied them all.

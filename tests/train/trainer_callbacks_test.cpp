@@ -2,10 +2,16 @@
 // honoured by every replica after the same step and kept across a resume, the built-in early
 // stopping, a task of the program's own with named tensors and device-side metric sums, and the
 // resume check of a batch source that breaks its promise.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <fstream>
+#include <optional>
+#include <set>
 
 #include "engine/autograd/ops.h"
 #include "engine/core/error.h"
+#include "engine/train/metrics_csv_sink.h"
 #include "tests/train/trainer_fixture.h"
 
 namespace tandem::train {
@@ -66,6 +72,46 @@ TEST_F(TrainerCallbacksTest, ACallbackSeesEveryStepEpochEvaluationAndCheckpoint)
   EXPECT_DOUBLE_EQ(recorder->evals[1].scalars.get("eval/top1"), run.summary.final_metrics.at("eval_top1"));
   EXPECT_NE(recorder->evals[1].text.find("top-5"), std::string::npos);
   EXPECT_EQ(recorder->ends, (std::vector<int64_t>{16}));
+}
+
+// Watches the disk around each checkpoint: whether its directory existed before it was written,
+// and which steps' rows metrics.csv held once it was committed.
+class DiskWatcher : public Callback {
+ public:
+  explicit DiskWatcher(std::filesystem::path dir) : dir_(std::move(dir)) {}
+  void on_checkpoint_begin(int64_t step, TrainerControl&) override {
+    begins.push_back(step);
+    if (std::filesystem::exists(dir_ / "checkpoints" / fmt::format("step-{:08d}", step))) existed_before.push_back(step);
+  }
+  void on_checkpoint(const CheckpointReport& c, TrainerControl&) override {
+    std::ifstream csv(dir_ / "metrics.csv");
+    std::set<int64_t> on_disk;
+    for (std::string row; std::getline(csv, row);) {
+      if (std::optional<int64_t> step = metrics_csv_step(row)) on_disk.insert(*step);
+    }
+    rows_on_disk_at_commit.push_back(on_disk.count(c.step) > 0);
+  }
+
+  std::vector<int64_t> begins, existed_before;
+  std::vector<bool> rows_on_disk_at_commit;
+
+ private:
+  std::filesystem::path dir_;
+};
+
+// A kill right after a checkpoint is committed must not lose the rows of the steps up to it: the
+// resumed run starts after them and never writes them again. So they are flushed before the save.
+// The watcher comes before MetricsWriter, which would hide a flush made only after the save.
+TEST_F(TrainerCallbacksTest, MetricsRowsOfACheckpointedStepAreOnDiskBeforeTheCheckpointIsCommitted) {
+  TrainConfig c = base_config(dir_);  // metrics every 4 steps
+  c.checkpoint.every_steps = 4;
+  auto watcher = std::make_shared<DiskWatcher>(dir_);
+  std::filesystem::create_directories(dir_);
+  auto sink = std::make_shared<MetricsCsvSink>(dir_, /*flush_every_s=*/1e9);  // no timed flush
+  train(c, 2, slices(2), {}, nullptr, {watcher, std::make_shared<MetricsWriter>(sink)});
+  EXPECT_EQ(watcher->begins, (std::vector<int64_t>{4, 8, 12, 16}));
+  EXPECT_TRUE(watcher->existed_before.empty());
+  EXPECT_EQ(watcher->rows_on_disk_at_commit, (std::vector<bool>{true, true, true, true}));
 }
 
 TEST_F(TrainerCallbacksTest, AStopRequestEndsEveryReplicaAfterTheSameStepAndResumesExactly) {
