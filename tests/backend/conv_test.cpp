@@ -44,6 +44,10 @@ std::vector<ConvCase> fixed_cases() {
       // ResNet-20's later stages: oneDNN picks other kernels (brgconv) for 32 and 64 channels
       {{2, 32, 7, 7}, {32, 32, 3, 3}, params(1, 1, 1, 1, 1, 1, 1), false},
       {{2, 64, 7, 7}, {64, 64, 3, 3}, params(1, 1, 1, 1, 1, 1, 1), false},
+      // Winograd (cpu_conv_winograd.h): 64 channels on 8x8, 128 from 4x4; padding 1, and 0
+      {{2, 64, 8, 8}, {64, 64, 3, 3}, params(1, 1, 1, 1, 1, 1, 1), true},
+      {{2, 128, 4, 5}, {128, 128, 3, 3}, params(1, 1, 1, 1, 1, 1, 1), false},
+      {{1, 128, 6, 7}, {144, 128, 3, 3}, params(1, 1, 0, 0, 1, 1, 1), true},
   };
 }
 

@@ -6,9 +6,9 @@
 #include <optional>
 #include <utility>
 
+#include "engine/backend/cpu/cpu_conv_parts.h"
+#include "engine/backend/cpu/cpu_conv_winograd.h"
 #include "engine/backend/cpu/cpu_kernels.h"
-#include "engine/backend/cpu/dnnl_util.h"
-#include "engine/backend/cpu/plan_cache.h"
 
 namespace tandem::backend::cpu {
 namespace {
@@ -16,42 +16,11 @@ namespace {
 using dnnl::algorithm;
 using dnnl::prop_kind;
 
-enum PlanOp : int64_t { kConvForward = 1, kConvBackwardData, kConvBackwardWeights, kConvBackwardDataAsForward };
-
-struct Geometry {
-  memory::dims strides, dilates, pad_l, pad_r;
-};
-
-Geometry geometry(const Conv2dParams& p) {
-  // oneDNN counts dilation from 0 (no gap); the right padding is the same as the left because
-  // both oneDNN and we derive the output size with the same floor division.
-  return {{p.stride[0], p.stride[1]},
-          {p.dilation[0] - 1, p.dilation[1] - 1},
-          {p.padding[0], p.padding[1]},
-          {p.padding[0], p.padding[1]}};
-}
-
-// Weights of any layout, grouped when groups > 1: oneDNN chooses.
-memory::desc any_weights_md(const Shape& w, int64_t groups) {
-  memory::dims dims = groups == 1 ? to_dims(w.dims()) : memory::dims{groups, w[0] / groups, w[1], w[2], w[3]};
-  return memory::desc(dims, memory::data_type::f32, memory::format_tag::any);
-}
-
-// flag: with a bias (forward, backward weights), or adding into dx (turned-around backward data).
-PlanKey conv_key(PlanOp op, const Ctx& ctx, const Conv2dParams& p, const Tensor& act, const Shape& w,
-                 MemoryFormat w_format, bool flag) {
-  PlanKey key(op);
-  key.add(act.shape().dims()).add(w.dims()).add({p.stride[0], p.stride[1], p.padding[0], p.padding[1]});
-  key.add({p.dilation[0], p.dilation[1], p.groups, static_cast<int64_t>(act.format())});
-  key.add({static_cast<int64_t>(w_format), flag ? 1 : 0, ctx.num_threads()});
-  return key;
-}
-
 // The forward descriptor: the plan itself for the forward pass, the hint for the backward ones.
 dnnl::convolution_forward::primitive_desc forward_pd(const Conv2dParams& p, const memory::desc& x_md,
                                                      const Shape& w, const memory::desc& y_md, bool bias,
                                                      const dnnl::primitive_attr& attr) {
-  Geometry g = geometry(p);
+  ConvGeometry g = conv_geometry(p);
   memory::desc w_md = any_weights_md(w, p.groups);
   auto desc = bias ? dnnl::convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct,
                                                      x_md, w_md, vector_md(w[0]), y_md, g.strides, g.dilates,
@@ -86,17 +55,6 @@ auto with_fastest_description(Make make) {
   return make(false);
 }
 
-std::optional<dnnl::reorder> reorder_if_needed(const memory::desc& from, const memory::desc& to) {
-  if (from == to) return std::nullopt;
-  return dnnl::reorder(dnnl::reorder::primitive_desc(cpu_engine(), from, cpu_engine(), to));
-}
-
-// Runs the reorder of src (in from_md) into dst (in to_md).
-void run_reorder(const dnnl::reorder& r, const memory& src, const memory& dst, const Tensor& t) {
-  Args args{{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, dst}};
-  execute("reorder of convolution weights", {&t}, r, args);
-}
-
 struct ForwardPlan {
   memory::desc x_md, y_md, user_w_md;
   dnnl::convolution_forward::primitive_desc pd;
@@ -118,23 +76,12 @@ struct BackwardWeightsPlan {
   std::optional<dnnl::reorder> dw_reorder;  // pd.diff_weights_desc() -> user layout
 };
 
-// Weights as the primitive wants them: the user's memory, or a reordered copy in buffer.
-memory prepared_weights(Ctx& ctx, const std::optional<dnnl::reorder>& r, const memory::desc& user_md,
-                        const memory::desc& want_md, const Tensor& w, Tensor& buffer) {
-  memory user = make_memory(user_md, w);
-  if (!r) return user;
-  buffer = allocate_buffer(ctx, want_md);
-  memory wanted = make_memory(want_md, buffer);
-  run_reorder(*r, user, wanted, w);
-  return wanted;
-}
-
 BackwardWeightsPlan backward_weights_plan(const Conv2dParams& p, const Tensor& x, const Tensor& dy, const Tensor& dw,
                                           bool bias, bool alias) {
   auto [x_md, dy_md] = activation_mds(p, x, dy, alias);
   BackwardWeightsPlan bw{x_md, dy_md, weights_md(dw.shape(), dw.format(), p.groups), {}, {}, {}};
   auto hint = forward_pd(p, bw.x_md, dw.shape(), bw.dy_md, bias, dnnl::primitive_attr());
-  Geometry g = geometry(p);
+  ConvGeometry g = conv_geometry(p);
   memory::desc dw_md = any_weights_md(dw.shape(), p.groups);
   auto desc = bias ? dnnl::convolution_backward_weights::desc(algorithm::convolution_direct, bw.x_md, dw_md,
                                                               vector_md(dw.dim(0)), bw.dy_md, g.strides, g.dilates,
@@ -234,6 +181,7 @@ void backward_data_turned(Ctx& ctx, const Conv2dParams& p, const Tensor& dy, con
 void conv2d_forward(Ctx& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& b,
                     Tensor& y) {
   apply_thread_budget(ctx);
+  if (winograd_suits(p, x.shape(), w.shape()) && winograd_forward(ctx, p, x, w, b, y)) return;
   static PlanCache<ForwardPlan> cache;
   const ForwardPlan& plan =
       cache.get(conv_key(kConvForward, ctx, p, x, w.shape(), w.format(), b.defined()), [&] {
@@ -260,6 +208,10 @@ void conv2d_forward(Ctx& ctx, const Conv2dParams& p, const Tensor& x, const Tens
 
 void conv2d_backward_data(Ctx& ctx, const Conv2dParams& p, const Tensor& dy, const Tensor& w, Tensor& dx) {
   apply_thread_budget(ctx);
+  if (winograd_suits(p, dx.shape(), w.shape()) &&
+      winograd_backward_data(ctx, p, dy, w, dx, false)) {
+    return;
+  }
   if (backward_data_as_forward(p, w.shape(), dx.shape())) return backward_data_turned(ctx, p, dy, w, dx, false);
   static PlanCache<BackwardDataPlan> cache;
   const BackwardDataPlan& plan = cache.get(conv_key(kConvBackwardData, ctx, p, dx, w.shape(), w.format(), false), [&] {
@@ -268,7 +220,7 @@ void conv2d_backward_data(Ctx& ctx, const Conv2dParams& p, const Tensor& dy, con
         auto [dx_md, dy_md] = activation_mds(p, dx, dy, alias);
         BackwardDataPlan d{dx_md, dy_md, weights_md(w.shape(), w.format(), p.groups), {}, {}, {}};
         auto hint = forward_pd(p, d.dx_md, w.shape(), d.dy_md, false, dnnl::primitive_attr());
-        Geometry g = geometry(p);
+        ConvGeometry g = conv_geometry(p);
         dnnl::convolution_backward_data::desc desc(algorithm::convolution_direct, d.dx_md,
                                                    any_weights_md(w.shape(), p.groups), d.dy_md, g.strides,
                                                    g.dilates, g.pad_l, g.pad_r);
@@ -289,10 +241,12 @@ void conv2d_backward_data(Ctx& ctx, const Conv2dParams& p, const Tensor& dy, con
 }
 
 void conv2d_backward_data_add(Ctx& ctx, const Conv2dParams& p, const Tensor& dy, const Tensor& w, Tensor& dx) {
-  if (backward_data_as_forward(p, w.shape(), dx.shape())) {
-    apply_thread_budget(ctx);
-    return backward_data_turned(ctx, p, dy, w, dx, true);
+  apply_thread_budget(ctx);
+  if (winograd_suits(p, dx.shape(), w.shape()) &&
+      winograd_backward_data(ctx, p, dy, w, dx, true)) {
+    return;
   }
+  if (backward_data_as_forward(p, w.shape(), dx.shape())) return backward_data_turned(ctx, p, dy, w, dx, true);
   Tensor part = Tensor::empty(dx.shape(), DType::kF32, dx.device(), dx.format());
   conv2d_backward_data(ctx, p, dy, w, part);
   axpy(ctx, 1.0f, part, dx);
@@ -301,6 +255,10 @@ void conv2d_backward_data_add(Ctx& ctx, const Conv2dParams& p, const Tensor& dy,
 void conv2d_backward_weights(Ctx& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& dy, Tensor& dw,
                              Tensor& db) {
   apply_thread_budget(ctx);
+  if (winograd_suits(p, x.shape(), dw.shape()) &&
+      winograd_backward_weights(ctx, p, x, dy, dw, db)) {
+    return;
+  }
   static PlanCache<BackwardWeightsPlan> cache;
   bool bias = db.defined();
   const BackwardWeightsPlan& plan =
@@ -318,7 +276,7 @@ void conv2d_backward_weights(Ctx& ctx, const Conv2dParams& p, const Tensor& x, c
   if (bias) args.insert({DNNL_ARG_DIFF_BIAS, make_memory(vector_md(db.numel()), db)});
   Tensor scratch = add_scratchpad(ctx, plan.pd, args);
   execute("convolution_backward_weights::execute", {&x, &dy, &dw, &db}, plan.prim, args);
-  if (plan.dw_reorder) run_reorder(*plan.dw_reorder, dw_mem, user_dw, dw);
+  if (plan.dw_reorder) run_reorder("reorder of convolution weight gradients", *plan.dw_reorder, dw_mem, user_dw, dw);
 }
 
 }  // namespace tandem::backend::cpu

@@ -1,0 +1,47 @@
+// What the direct (cpu_conv.cpp) and the Winograd (cpu_conv_winograd.cpp) convolutions share:
+// the geometry in oneDNN's terms, plan keys, and weights and activations moved between our
+// layouts and the ones a chosen kernel wants.
+#pragma once
+
+#include <optional>
+
+#include "engine/backend/cpu/dnnl_util.h"
+#include "engine/backend/cpu/plan_cache.h"
+
+namespace tandem::backend::cpu {
+
+enum ConvPlanOp : int64_t {
+  kConvForward = 1,
+  kConvBackwardData,
+  kConvBackwardWeights,
+  kConvBackwardDataAsForward,
+  kWinogradForward,
+  kWinogradBackwardData,
+  kWinogradBackwardWeights,
+};
+
+struct ConvGeometry {
+  memory::dims strides, dilates, pad_l, pad_r;
+};
+ConvGeometry conv_geometry(const Conv2dParams& p);
+
+// Weights of any layout, grouped when groups > 1: oneDNN chooses.
+memory::desc any_weights_md(const Shape& w, int64_t groups);
+
+// The plan's key: op, activation shape and format, weight shape and format, parameters, the
+// thread budget, and flag (with a bias, or adding into the result).
+PlanKey conv_key(ConvPlanOp op, const Ctx& ctx, const Conv2dParams& p, const Tensor& act, const Shape& w,
+                 MemoryFormat w_format, bool flag);
+
+// A reorder from one description to another, or none where they are the same.
+std::optional<dnnl::reorder> reorder_if_needed(const memory::desc& from, const memory::desc& to);
+// A reorder that adds into its destination (dst += src in dst's layout).
+dnnl::reorder adding_reorder(const memory::desc& from, const memory::desc& to);
+// Runs r from src into dst; what names it in an error, with t.
+void run_reorder(const char* what, const dnnl::reorder& r, const memory& src, const memory& dst, const Tensor& t);
+
+// Weights as the primitive wants them: the user's memory, or a reordered copy in buffer.
+memory prepared_weights(Ctx& ctx, const std::optional<dnnl::reorder>& r, const memory::desc& user_md,
+                        const memory::desc& want_md, const Tensor& w, Tensor& buffer);
+
+}  // namespace tandem::backend::cpu
