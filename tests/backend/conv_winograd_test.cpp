@@ -4,6 +4,10 @@
 #include <dnnl.hpp>
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <functional>
+#include <string>
+
 #include "backend_test_util.h"
 #include "engine/backend/cpu/cpu_conv_winograd.h"
 
