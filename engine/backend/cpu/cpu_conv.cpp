@@ -268,15 +268,15 @@ void conv2d_backward_weights(Ctx& ctx, const Conv2dParams& p, const Tensor& x, c
         });
       });
   memory user_dw = make_memory(plan.user_dw_md, dw);
-  Tensor dw_buffer = plan.dw_reorder ? allocate_buffer(ctx, plan.pd.diff_weights_desc()) : Tensor();
-  memory dw_mem = plan.dw_reorder ? make_memory(plan.pd.diff_weights_desc(), dw_buffer) : user_dw;
+  Tensor dw_buffer;
+  memory dw_mem = weight_gradients_target(ctx, plan.dw_reorder, user_dw, plan.pd.diff_weights_desc(), dw_buffer);
   Args args{{DNNL_ARG_SRC, make_memory(plan.x_md, x)},
             {DNNL_ARG_DIFF_DST, make_memory(plan.dy_md, dy)},
             {DNNL_ARG_DIFF_WEIGHTS, dw_mem}};
   if (bias) args.insert({DNNL_ARG_DIFF_BIAS, make_memory(vector_md(db.numel()), db)});
   Tensor scratch = add_scratchpad(ctx, plan.pd, args);
   execute("convolution_backward_weights::execute", {&x, &dy, &dw, &db}, plan.prim, args);
-  if (plan.dw_reorder) run_reorder("reorder of convolution weight gradients", *plan.dw_reorder, dw_mem, user_dw, dw);
+  finish_weight_gradients(plan.dw_reorder, dw_mem, user_dw, dw);
 }
 
 }  // namespace tandem::backend::cpu

@@ -54,4 +54,16 @@ memory prepared_weights(Ctx& ctx, const std::optional<dnnl::reorder>& r, const m
   return wanted;
 }
 
+memory weight_gradients_target(Ctx& ctx, const std::optional<dnnl::reorder>& r, const memory& user_dw,
+                               const memory::desc& want_md, Tensor& buffer) {
+  if (!r) return user_dw;
+  buffer = allocate_buffer(ctx, want_md);
+  return make_memory(want_md, buffer);
+}
+
+void finish_weight_gradients(const std::optional<dnnl::reorder>& r, const memory& written, const memory& user_dw,
+                             const Tensor& dw) {
+  if (r) run_reorder("reorder of convolution weight gradients", *r, written, user_dw, dw);
+}
+
 }  // namespace tandem::backend::cpu

@@ -43,5 +43,11 @@ void run_reorder(const char* what, const dnnl::reorder& r, const memory& src, co
 // Weights as the primitive wants them: the user's memory, or a reordered copy in buffer.
 memory prepared_weights(Ctx& ctx, const std::optional<dnnl::reorder>& r, const memory::desc& user_md,
                         const memory::desc& want_md, const Tensor& w, Tensor& buffer);
+// The mirror for weight gradients: where the primitive writes them (dw's own memory user_dw, or a
+// buffer in want_md when r must reorder them into dw afterwards: finish_weight_gradients).
+memory weight_gradients_target(Ctx& ctx, const std::optional<dnnl::reorder>& r, const memory& user_dw,
+                               const memory::desc& want_md, Tensor& buffer);
+void finish_weight_gradients(const std::optional<dnnl::reorder>& r, const memory& written, const memory& user_dw,
+                             const Tensor& dw);
 
 }  // namespace tandem::backend::cpu

@@ -222,17 +222,14 @@ bool winograd_backward_weights(Ctx& ctx, const Conv2dParams& p, const Tensor& x,
   if (!plan.usable) return false;
   Tensor x_buffer, dy_buffer, dw_buffer;
   memory user_dw = make_memory(weights_md(dw.shape(), dw.format(), 1), dw);
-  if (plan.dw_reorder) dw_buffer = allocate_buffer(ctx, plan.pd.diff_weights_desc());
-  memory dw_mem = plan.dw_reorder ? make_memory(plan.pd.diff_weights_desc(), dw_buffer) : user_dw;
+  memory dw_mem = weight_gradients_target(ctx, plan.dw_reorder, user_dw, plan.pd.diff_weights_desc(), dw_buffer);
   Args args{{DNNL_ARG_SRC, input_blocked(ctx, plan.x_in, x, x_buffer)},
             {DNNL_ARG_DIFF_DST, input_blocked(ctx, plan.dy_in, dy, dy_buffer)},
             {DNNL_ARG_DIFF_WEIGHTS, dw_mem}};
   if (bias) args.insert({DNNL_ARG_DIFF_BIAS, make_memory(vector_md(db.numel()), db)});
   Tensor scratch = add_scratchpad(ctx, plan.pd, args);
   execute("convolution_backward_weights::execute (Winograd)", {&x, &dy, &dw, &db}, plan.prim, args);
-  if (plan.dw_reorder) {
-    run_reorder("reorder of convolution weight gradients", *plan.dw_reorder, dw_mem, user_dw, dw);
-  }
+  finish_weight_gradients(plan.dw_reorder, dw_mem, user_dw, dw);
   return true;
 }
 
