@@ -57,6 +57,27 @@ TEST_P(ElementwiseTest, ReluAndItsGradient) {
   EXPECT_LT(rel_norm_error(to_vec(dx), fd), 1e-3);
 }
 
+TEST_P(ElementwiseTest, ReluBackwardPassesDyExactlyWhereYIsPositive) {
+  // Above the parallel grain, with a count that is no multiple of 16 (the vector loop's tail), NaN
+  // and both zeros in y: dx is dy or 0 exactly.
+  const Shape shape{2, 17, 33, 31};
+  const auto n = static_cast<size_t>(shape.numel());
+  Vec y = random_vec(n, 10), dy = random_vec(n, 11);
+  y[0] = std::numeric_limits<double>::quiet_NaN();
+  y[1] = -0.0;
+  y[n - 1] = 0.0;
+  y[n - 2] = 1e-30;
+  Vec dx = to_vec(relu_backward(ctx_, to_tensor(y, shape, GetParam()), to_tensor(dy, shape, GetParam())));
+  ASSERT_EQ(dx.size(), n);
+  size_t wrong = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const float want = static_cast<float>(y[i]) > 0.0f ? static_cast<float>(dy[i]) : 0.0f;
+    if (dx[i] != static_cast<double>(want)) ++wrong;
+  }
+  EXPECT_EQ(wrong, 0u);
+  EXPECT_EQ(dx[n - 2], static_cast<double>(static_cast<float>(dy[n - 2])));
+}
+
 TEST_P(ElementwiseTest, AddReluIsReluOfTheSumBitForBit) {
   // The fused kernel must give what the unfused pair gives, to the bit, or fused and unfused
   // models would drift apart; NaN (whatever relu_forward makes of it) and both signs of zero included.

@@ -2,7 +2,10 @@
 // binary primitive with a ReLU post-op; the rest are plain loops (vectorised by the compiler,
 // OpenMP-parallel above a grain). Elementwise operands share shape and memory format (checked by
 // ops.cpp), so flat indexing is exact.
+#include <immintrin.h>
 #include <omp.h>
+
+#include <algorithm>
 
 #include "engine/backend/cpu/cpu_kernels.h"
 #include "engine/backend/cpu/dnnl_util.h"
@@ -23,6 +26,27 @@ struct BinaryPlan {
   dnnl::binary::primitive_desc pd;
   dnnl::binary prim;
 };
+
+// dx = dy where y > 0 over [begin, end), 16 lanes at a time (the tail masked). The build targets
+// plain x86-64, whose SSE2 loop ran at half the speed on ResNet-20's activations.
+__attribute__((target("avx512f"))) void relu_backward_avx512(const float* y, const float* dy, float* dx,
+                                                             int64_t begin, int64_t end) {
+  int64_t i = begin;
+  for (; i + 16 <= end; i += 16) {
+    const __mmask16 on = _mm512_cmp_ps_mask(_mm512_loadu_ps(y + i), _mm512_setzero_ps(), _CMP_GT_OQ);
+    _mm512_storeu_ps(dx + i, _mm512_maskz_mov_ps(on, _mm512_loadu_ps(dy + i)));
+  }
+  if (i == end) return;
+  const auto tail = static_cast<__mmask16>((1u << (end - i)) - 1u);
+  const __mmask16 on = _mm512_mask_cmp_ps_mask(tail, _mm512_maskz_loadu_ps(tail, y + i), _mm512_setzero_ps(),
+                                               _CMP_GT_OQ);
+  _mm512_mask_storeu_ps(dx + i, tail, _mm512_maskz_loadu_ps(on, dy + i));
+}
+
+bool has_avx512() {
+  static const bool yes = __builtin_cpu_supports("avx512f");
+  return yes;
+}
 
 }  // namespace
 
@@ -48,6 +72,17 @@ void relu_backward(Ctx& ctx, const Tensor& y, const Tensor& dy, Tensor& dx) {
   const float* out = y.data<float>();
   const float* g = dy.data<float>();
   float* gx = dx.data<float>();
+  if (has_avx512()) {
+    const int64_t n = y.numel();
+    const int threads = n < kParallelGrain ? 1 : (ctx.num_threads() > 0 ? ctx.num_threads() : omp_get_max_threads());
+#pragma omp parallel num_threads(threads)
+    {
+      // Ranges on 16-element boundaries, so only the last thread has a tail.
+      const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads(), vectors = (n + 15) / 16;
+      relu_backward_avx512(out, g, gx, std::min(n, vectors * t / nt * 16), std::min(n, vectors * (t + 1) / nt * 16));
+    }
+    return;
+  }
   // Both loads happen on every element: a load under the condition cannot be vectorised and
   // mispredicts on half the elements (it ran at 1.1 ns per element, nine times the add's cost).
   parallel_for(y.numel(), [=](int64_t i) {
