@@ -1,10 +1,12 @@
-// Batch normalization through oneDNN: training (batch statistics, running averages updated
-// in place with the unbiased variance, as PyTorch does), inference, and backward. The ReLU
-// that usually follows is fused by oneDNN when it can (its bit mask kept in saved.workspace);
-// otherwise it runs as a loop and backward masks dy by y > 0.
+// Batch normalization: training (batch statistics, running averages updated in place with the
+// unbiased variance, as PyTorch does), inference, and backward. Training and backward run on
+// cpu_batchnorm_avx512's kernels where they suit (channels_last, multiples of 16 channels,
+// AVX-512), on oneDNN elsewhere. Under oneDNN the ReLU that usually follows is fused when it can
+// (its bit mask kept in saved.workspace); otherwise it runs as a loop and backward masks dy by y > 0.
 #include <bit>
 #include <cmath>
 
+#include "engine/backend/cpu/cpu_batchnorm_avx512.h"
 #include "engine/backend/cpu/cpu_kernels.h"
 #include "engine/backend/cpu/dnnl_util.h"
 #include "engine/backend/cpu/plan_cache.h"
@@ -97,6 +99,10 @@ Tensor variance_from_invstd(Ctx& ctx, const Tensor& invstd, float eps) {
 void batchnorm_forward_training(Ctx& ctx, const BatchNormParams& p, const Tensor& x, const Tensor& gamma,
                                 const Tensor& beta, Tensor& running_mean, Tensor& running_var, Tensor& y,
                                 BatchNormSaved& saved) {
+  if (avx512_batchnorm_suits(x)) {
+    avx512_batchnorm_training(ctx, p, x, gamma, beta, nullptr, running_mean, running_var, y, saved);
+    return;
+  }
   apply_thread_budget(ctx);
   static PlanCache<ForwardPlan> cache;
   const ForwardPlan& plan = cache.get(bn_key(kBnTraining, ctx, p, x, p.fuse_relu), [&] {
@@ -119,6 +125,17 @@ void batchnorm_forward_training(Ctx& ctx, const BatchNormParams& p, const Tensor
   execute("batch_normalization_forward::execute (training)", {&x, &gamma, &beta, &y}, plan.prim, args);
   if (p.fuse_relu && !plan.fused) relu_in_place(y);
   finish_statistics(p, x, var, running_mean, running_var, saved);
+}
+
+void batchnorm_add_relu_forward_training(Ctx& ctx, const BatchNormParams& p, const Tensor& x, const Tensor& gamma,
+                                         const Tensor& beta, const Tensor& shortcut, Tensor& running_mean,
+                                         Tensor& running_var, Tensor& y, BatchNormSaved& saved) {
+  if (avx512_batchnorm_suits(x)) {
+    avx512_batchnorm_training(ctx, p, x, gamma, beta, &shortcut, running_mean, running_var, y, saved);
+    return;
+  }
+  batchnorm_forward_training(ctx, p, x, gamma, beta, running_mean, running_var, y, saved);
+  add_relu(ctx, y, shortcut, y);  // oneDNN's binary works in place
 }
 
 void batchnorm_forward_inference(Ctx& ctx, const BatchNormParams& p, const Tensor& x, const Tensor& gamma,
@@ -147,6 +164,10 @@ void batchnorm_forward_inference(Ctx& ctx, const BatchNormParams& p, const Tenso
 void batchnorm_backward(Ctx& ctx, const BatchNormParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
                         const Tensor& gamma, const BatchNormSaved& saved, Tensor& dx, Tensor& dgamma,
                         Tensor& dbeta) {
+  if (avx512_batchnorm_suits(x)) {
+    avx512_batchnorm_backward(ctx, p, x, dy, gamma, saved, dx, dgamma, dbeta);
+    return;
+  }
   apply_thread_budget(ctx);
   // The forward chose: a workspace means oneDNN fused the ReLU and masks dy itself.
   bool fused = p.fuse_relu && saved.workspace.defined();
