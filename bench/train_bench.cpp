@@ -165,6 +165,7 @@ void install_timed_kernels() {
   TANDEM_TIME_KERNEL(conv2d_backward_data_add);
   TANDEM_TIME_KERNEL(conv2d_backward_weights);
   TANDEM_TIME_KERNEL(batchnorm_forward_training);
+  TANDEM_TIME_KERNEL(batchnorm_add_relu_forward_training);
   TANDEM_TIME_KERNEL(batchnorm_backward);
   TANDEM_TIME_KERNEL(relu_forward);
   TANDEM_TIME_KERNEL(relu_backward);

@@ -43,9 +43,9 @@ BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride) {
 }
 
 Variable BasicBlock::forward(ExecutionContext& ctx, const Variable& x) {
-  Variable y = (*bn1_)(ctx, (*conv1_)(ctx, x));
-  y = (*bn2_)(ctx, (*conv2_)(ctx, y));
-  return autograd::add_relu(ctx, y, downsample_ ? (*downsample_)(ctx, x) : x);
+  Variable y = (*conv2_)(ctx, (*bn1_)(ctx, (*conv1_)(ctx, x)));
+  Variable shortcut = downsample_ ? (*downsample_)(ctx, x) : x;
+  return bn2_->forward_add_relu(ctx, y, shortcut);
 }
 
 Bottleneck::Bottleneck(int64_t in_planes, int64_t planes, int64_t stride) {
@@ -62,8 +62,9 @@ Bottleneck::Bottleneck(int64_t in_planes, int64_t planes, int64_t stride) {
 Variable Bottleneck::forward(ExecutionContext& ctx, const Variable& x) {
   Variable y = (*bn1_)(ctx, (*conv1_)(ctx, x));
   y = (*bn2_)(ctx, (*conv2_)(ctx, y));
-  y = (*bn3_)(ctx, (*conv3_)(ctx, y));
-  return autograd::add_relu(ctx, y, downsample_ ? (*downsample_)(ctx, x) : x);
+  y = (*conv3_)(ctx, y);
+  Variable shortcut = downsample_ ? (*downsample_)(ctx, x) : x;
+  return bn3_->forward_add_relu(ctx, y, shortcut);
 }
 
 ResNet::ResNet(const std::vector<int>& blocks, bool bottleneck, int64_t num_classes, int64_t in_channels) {

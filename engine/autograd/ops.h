@@ -18,6 +18,11 @@ Variable conv2d(ExecutionContext& ctx, const Variable& x, const Variable& w, con
 // Training mode: batch statistics, running statistics updated in place.
 Variable batchnorm_training(ExecutionContext& ctx, const Variable& x, const Variable& gamma, const Variable& beta,
                             Tensor& running_mean, Tensor& running_var, const BatchNormParams& params);
+// relu(batchnorm_training(x) + shortcut), a residual block's end, in one pass after the statistics
+// where the device can (see backend::batchnorm_add_relu_forward_training); params.fuse_relu is not read.
+Variable batchnorm_add_relu_training(ExecutionContext& ctx, const Variable& x, const Variable& gamma,
+                                     const Variable& beta, const Variable& shortcut, Tensor& running_mean,
+                                     Tensor& running_var, const BatchNormParams& params);
 // Inference mode: running statistics. No gradient flows back through it yet: backward is an
 // Unimplemented error (train the layer, or keep it out of the loss's graph).
 Variable batchnorm_inference(ExecutionContext& ctx, const Variable& x, const Variable& gamma,

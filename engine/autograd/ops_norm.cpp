@@ -25,6 +25,27 @@ Variable batchnorm_training(ExecutionContext& ctx, const Variable& x, const Vari
                  });
 }
 
+Variable batchnorm_add_relu_training(ExecutionContext& ctx, const Variable& x, const Variable& gamma,
+                                     const Variable& beta, const Variable& shortcut, Tensor& running_mean,
+                                     Tensor& running_var, const BatchNormParams& params) {
+  BatchNormParams plain = params;
+  plain.fuse_relu = false;
+  backend::BatchNormForward f = backend::batchnorm_add_relu_forward_training(
+      ctx, plain, x.value(), gamma.value(), beta.value(), shortcut.value(), running_mean, running_var);
+  Tensor xv = x.value(), gv = gamma.value(), y = f.y;
+  backend::BatchNormSaved saved = std::move(f.saved);
+  bool need_dx = x.requires_grad();
+  return make_op("batchnorm_add_relu", std::move(f.y), {x, gamma, beta, shortcut},
+                 [&ctx, plain, xv, gv, y, saved, need_dx](const Tensor& dy) {
+                   // The sum's gradient g goes to the shortcut as it is and through batch norm to x.
+                   Tensor g = backend::relu_backward(ctx, y, dy);
+                   std::vector<Tensor> grads =
+                       batchnorm_grads(backend::batchnorm_backward(ctx, plain, xv, y, g, gv, saved), need_dx);
+                   grads.push_back(std::move(g));
+                   return grads;
+                 });
+}
+
 Variable batchnorm_inference(ExecutionContext& ctx, const Variable& x, const Variable& gamma,
                              const Variable& beta, const Tensor& running_mean, const Tensor& running_var,
                              const BatchNormParams& params) {

@@ -28,6 +28,13 @@ struct KernelTable {
   void (*batchnorm_forward_inference)(Ctx&, const BatchNormParams&, const Tensor& x, const Tensor& gamma,
                                       const Tensor& beta, const Tensor& running_mean, const Tensor& running_var,
                                       Tensor& y) = nullptr;
+  // y = relu(bn(x) + shortcut), a residual block's end, with the statistics and running averages of
+  // batchnorm_forward_training (p.fuse_relu is false: the ReLU always follows the sum); the same bits
+  // as batchnorm_forward_training then add_relu. Backward is relu_backward, then batchnorm_backward
+  // without fuse_relu, with this saved state.
+  void (*batchnorm_add_relu_forward_training)(Ctx&, const BatchNormParams&, const Tensor& x, const Tensor& gamma,
+                                              const Tensor& beta, const Tensor& shortcut, Tensor& running_mean,
+                                              Tensor& running_var, Tensor& y, BatchNormSaved& saved) = nullptr;
   // y is the forward output (needed for the fused ReLU's mask).
   void (*batchnorm_backward)(Ctx&, const BatchNormParams&, const Tensor& x, const Tensor& y, const Tensor& dy,
                              const Tensor& gamma, const BatchNormSaved& saved, Tensor& dx, Tensor& dgamma,

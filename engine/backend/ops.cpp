@@ -99,9 +99,10 @@ ConvWeightGrads conv2d_backward_weights(Ctx& ctx, const Conv2dParams& p, const T
   return g;
 }
 
-BatchNormForward batchnorm_forward_training(Ctx& ctx, const BatchNormParams& p, const Tensor& x, const Tensor& gamma,
-                                            const Tensor& beta, Tensor& running_mean, Tensor& running_var) {
-  constexpr std::string_view op = "batchnorm_forward_training";
+namespace {
+
+void check_bn_training(std::string_view op, const Ctx& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta,
+                       const Tensor& running_mean, const Tensor& running_var) {
   check_bn_params(op, ctx, x, gamma);
   check_vector(op, "beta", beta, ctx, x.dim(1), "channels", "x", x.shape());
   check_vector(op, "running_mean", running_mean, ctx, x.dim(1), "channels", "x", x.shape());
@@ -109,12 +110,40 @@ BatchNormForward batchnorm_forward_training(Ctx& ctx, const BatchNormParams& p, 
   TANDEM_CHECK(x.numel() / std::max<int64_t>(x.dim(1), 1) > 1, ErrorCode::kInvalidArgument,
                "{}: x {} has one value per channel; training needs more than one (N * H * W > 1)", op,
                x.shape().str());
-  auto fn = entry(table(ctx).batchnorm_forward_training, op, ctx);
+}
+
+BatchNormForward bn_outputs(Ctx& ctx, const Tensor& x) {
   BatchNormForward out;
   out.y = like(ctx, x.shape(), x.format());
   out.saved.mean = like(ctx, {x.dim(1)}, MemoryFormat::kContiguous);
   out.saved.invstd = like(ctx, {x.dim(1)}, MemoryFormat::kContiguous);
+  return out;
+}
+
+}  // namespace
+
+BatchNormForward batchnorm_forward_training(Ctx& ctx, const BatchNormParams& p, const Tensor& x, const Tensor& gamma,
+                                            const Tensor& beta, Tensor& running_mean, Tensor& running_var) {
+  constexpr std::string_view op = "batchnorm_forward_training";
+  check_bn_training(op, ctx, x, gamma, beta, running_mean, running_var);
+  auto fn = entry(table(ctx).batchnorm_forward_training, op, ctx);
+  BatchNormForward out = bn_outputs(ctx, x);
   fn(ctx, p, x, gamma, beta, running_mean, running_var, out.y, out.saved);
+  return out;
+}
+
+BatchNormForward batchnorm_add_relu_forward_training(Ctx& ctx, const BatchNormParams& p, const Tensor& x,
+                                                     const Tensor& gamma, const Tensor& beta, const Tensor& shortcut,
+                                                     Tensor& running_mean, Tensor& running_var) {
+  constexpr std::string_view op = "batchnorm_add_relu_forward_training";
+  check_bn_training(op, ctx, x, gamma, beta, running_mean, running_var);
+  check_tensor(op, "shortcut", shortcut, ctx, DType::kF32, 4, kNchw);
+  check_same(op, "x", x, "shortcut", shortcut);
+  auto fn = entry(table(ctx).batchnorm_add_relu_forward_training, op, ctx);
+  BatchNormParams plain = p;
+  plain.fuse_relu = false;
+  BatchNormForward out = bn_outputs(ctx, x);
+  fn(ctx, plain, x, gamma, beta, shortcut, running_mean, running_var, out.y, out.saved);
   return out;
 }
 

@@ -31,6 +31,12 @@ BatchNormForward batchnorm_forward_training(Ctx&, const BatchNormParams&, const 
                                             const Tensor& beta, Tensor& running_mean, Tensor& running_var);
 Tensor batchnorm_forward_inference(Ctx&, const BatchNormParams&, const Tensor& x, const Tensor& gamma,
                                    const Tensor& beta, const Tensor& running_mean, const Tensor& running_var);
+// relu(batchnorm(x) + shortcut) in training mode, shortcut of x's shape and format: on the CPU one
+// pass over x after the statistics (channels_last, multiples of 16 channels), batch norm then
+// add_relu elsewhere, with the same bits either way.
+BatchNormForward batchnorm_add_relu_forward_training(Ctx&, const BatchNormParams&, const Tensor& x,
+                                                     const Tensor& gamma, const Tensor& beta, const Tensor& shortcut,
+                                                     Tensor& running_mean, Tensor& running_var);
 struct BatchNormGrads {
   Tensor dx, dgamma, dbeta;
 };

@@ -26,20 +26,34 @@ BatchNorm2d::BatchNorm2d(int64_t num_features, float eps, float momentum, bool f
   num_batches_tracked_ = &register_buffer("num_batches_tracked", Tensor::zeros({}, DType::kI64));
 }
 
+void BatchNorm2d::count_training_batch() {
+  TANDEM_CHECK(num_batches_tracked_->device().is_cpu(), ErrorCode::kInternal,
+               "BatchNorm2d: num_batches_tracked is on {}; Module::to keeps integer buffers on the host",
+               num_batches_tracked_->device().str());
+  ++num_batches_tracked_->data<int64_t>()[0];
+}
+
 Variable BatchNorm2d::forward(ExecutionContext& ctx, const Variable& x) {
   if (!is_training()) {
     Variable y = autograd::batchnorm_inference(ctx, x, weight_, bias_, *running_mean_, *running_var_, params_);
     return params_.fuse_relu ? autograd::relu(ctx, y) : y;
   }
-  TANDEM_CHECK(num_batches_tracked_->device().is_cpu(), ErrorCode::kInternal,
-               "BatchNorm2d: num_batches_tracked is on {}; Module::to keeps integer buffers on the host",
-               num_batches_tracked_->device().str());
-  ++num_batches_tracked_->data<int64_t>()[0];
+  count_training_batch();
   if (synchronized()) {
     return autograd::sync_batchnorm_training(ctx, x, weight_, bias_, *running_mean_, *running_var_, params_,
                                              *reducer_);
   }
   return autograd::batchnorm_training(ctx, x, weight_, bias_, *running_mean_, *running_var_, params_);
+}
+
+Variable BatchNorm2d::forward_add_relu(ExecutionContext& ctx, const Variable& x, const Variable& shortcut) {
+  TANDEM_CHECK(!params_.fuse_relu, ErrorCode::kInvalidArgument,
+               "BatchNorm2d::forward_add_relu: this layer was made with fuse_relu, so its output is already "
+               "clipped before the sum; make it without fuse_relu");
+  if (!is_training() || synchronized()) return autograd::add_relu(ctx, forward(ctx, x), shortcut);
+  count_training_batch();
+  return autograd::batchnorm_add_relu_training(ctx, x, weight_, bias_, shortcut, *running_mean_, *running_var_,
+                                               params_);
 }
 
 }  // namespace tandem::nn

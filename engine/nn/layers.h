@@ -33,6 +33,9 @@ class BatchNorm2d : public Module {
   // fuse_relu: return relu(bn(x)) in one kernel, as a BatchNorm followed by ReLU would.
   explicit BatchNorm2d(int64_t num_features, float eps = 1e-5f, float momentum = 0.1f, bool fuse_relu = false);
   Variable forward(ExecutionContext& ctx, const Variable& x) override;
+  // relu(forward(x) + shortcut), a residual block's end, fused into batch norm's pass in training
+  // where the backend can; for a layer made without fuse_relu.
+  Variable forward_add_relu(ExecutionContext& ctx, const Variable& x, const Variable& shortcut);
   Variable& weight() { return weight_; }
   Variable& bias() { return bias_; }
   // SyncBatchNorm: with a reducer of more than one replica, training-mode statistics are those of
@@ -41,6 +44,8 @@ class BatchNorm2d : public Module {
   bool synchronized() const { return reducer_ != nullptr && reducer_->world_size() > 1; }
 
  private:
+  void count_training_batch();
+
   autograd::BatchNormParams params_;
   Variable weight_, bias_;
   std::shared_ptr<autograd::ReplicaReducer> reducer_;

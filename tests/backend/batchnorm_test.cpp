@@ -3,7 +3,9 @@
 // gradients against finite differences.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "backend_test_util.h"
 
@@ -68,11 +70,81 @@ TEST_P(BatchNormTest, TrainingInferenceAndBackwardMatchReference) {
 std::vector<BnCase> cases() {
   return {{{2, 3, 5, 7}, false}, {{1, 4, 3, 3}, true}, {{4, 8, 6, 5}, true}, {{3, 16, 1, 1}, false},
           {{2, 19, 4, 4}, false}, {{2, 19, 4, 4}, true},
-          {{2, 16, 5, 3}, false}, {{2, 16, 5, 3}, true}};  // channels_last 16: the nChw16c kernels
+          {{2, 16, 5, 3}, false}, {{2, 16, 5, 3}, true},  // channels_last 16: the nChw16c kernels
+          // channels_last multiples of 16: the AVX-512 kernels, one, two, three and 4 + 1 vectors a pixel
+          {{2, 32, 3, 5}, false}, {{2, 32, 3, 5}, true}, {{3, 48, 2, 3}, true}, {{2, 80, 3, 3}, false},
+          {{2, 80, 3, 3}, true}, {{3, 16, 9, 11}, true}, {{3, 32, 7, 9}, false}};  // several 64-pixel blocks
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, BatchNormTest,
                          ::testing::Combine(::testing::ValuesIn(cases()),
+                                            ::testing::Values(MemoryFormat::kContiguous,
+                                                              MemoryFormat::kChannelsLast)));
+
+// The variance is a mean square of deviations: a mean 3000 times the spread must not eat its digits
+// (the AVX-512 kernels sum deviations from a value of the channel itself).
+TEST(BatchNormStatisticsTest, VarianceKeepsItsDigitsWhenTheMeanIsFarFromZero) {
+  ExecutionContext ctx(Device::cpu(), 2, 1);
+  const Shape shape{4, 32, 6, 6};
+  const auto n = static_cast<size_t>(shape.numel());
+  Vec x = random_vec(n, 31, 2999.0, 3001.0), gamma(32, 1.0), beta(32, 0.0);
+  for (MemoryFormat format : {MemoryFormat::kContiguous, MemoryFormat::kChannelsLast}) {
+    Tensor rm = Tensor::zeros({32}), rv = Tensor::zeros({32});
+    BatchNormForward f = batchnorm_forward_training(ctx, BatchNormParams{}, to_tensor(x, shape, format),
+                                                    to_tensor(gamma, {32}), to_tensor(beta, {32}), rm, rv);
+    BatchNormRef ref = batchnorm_ref(x, shape, gamma, beta, 1e-5, false);
+    Vec invstd(32);
+    for (size_t c = 0; c < 32; ++c) invstd[c] = 1.0 / std::sqrt(ref.var[c] + 1e-5);
+    EXPECT_LT(rel_error(to_vec(f.saved.invstd), invstd), 1e-4) << memory_format_name(format);
+    EXPECT_LT(rel_error(to_vec(f.y), ref.y), 1e-3) << memory_format_name(format);
+  }
+}
+
+// relu(bn(x) + shortcut): against the double reference, and to the bit what batch norm followed by
+// add_relu gives (a model may run either, as the backend or SyncBatchNorm decides).
+class BatchNormAddReluTest : public ::testing::TestWithParam<std::tuple<Shape, MemoryFormat>> {};
+
+TEST_P(BatchNormAddReluTest, MatchesReferenceAndTheUnfusedPairBitForBit) {
+  const auto& [shape, format] = GetParam();
+  ExecutionContext ctx(Device::cpu(), 2, 1);
+  const auto n = static_cast<size_t>(shape.numel()), ch = static_cast<size_t>(shape[1]);
+  Vec x = random_vec(n, 41, -2.0, 3.0), s = random_vec(n, 42), gamma = random_vec(ch, 43, 0.5, 1.5);
+  Vec beta = random_vec(ch, 44), rm0 = random_vec(ch, 45), rv0 = random_vec(ch, 46, 0.5, 2.0);
+  BatchNormParams p;
+  p.momentum = 0.3f;
+  Tensor tx = to_tensor(x, shape, format), ts = to_tensor(s, shape, format);
+  Tensor tg = to_tensor(gamma, {shape[1]}), tb = to_tensor(beta, {shape[1]});
+  Tensor rm_fused = to_tensor(rm0, {shape[1]}), rv_fused = to_tensor(rv0, {shape[1]});
+  Tensor rm_pair = to_tensor(rm0, {shape[1]}), rv_pair = to_tensor(rv0, {shape[1]});
+
+  BatchNormForward fused = batchnorm_add_relu_forward_training(ctx, p, tx, tg, tb, ts, rm_fused, rv_fused);
+  BatchNormForward pair = batchnorm_forward_training(ctx, p, tx, tg, tb, rm_pair, rv_pair);
+  Tensor pair_y = add_relu(ctx, pair.y, ts);
+
+  Vec want = batchnorm_ref(x, shape, gamma, beta, p.eps, false).y;
+  for (size_t i = 0; i < n; ++i) want[i] = std::max(want[i] + s[i], 0.0);
+  EXPECT_EQ(fused.y.format(), format);
+  EXPECT_LT(rel_error(to_vec(fused.y), want), 1e-4);
+  ASSERT_EQ(fused.y.nbytes(), pair_y.nbytes());
+  EXPECT_EQ(std::memcmp(fused.y.raw_data(), pair_y.raw_data(), fused.y.nbytes()), 0);
+  EXPECT_EQ(to_vec(rm_fused), to_vec(rm_pair));
+  EXPECT_EQ(to_vec(rv_fused), to_vec(rv_pair));
+  EXPECT_EQ(to_vec(fused.saved.invstd), to_vec(pair.saved.invstd));
+}
+
+TEST(BatchNormAddReluErrors, AShortcutOfAnotherShapeOrFormatIsNamed) {
+  ExecutionContext ctx(Device::cpu(), 2, 1);
+  Tensor x = Tensor::zeros({2, 16, 3, 3}, DType::kF32, Device::cpu(), MemoryFormat::kChannelsLast);
+  Tensor g = Tensor::zeros({16}), rm = Tensor::zeros({16}), rv = Tensor::zeros({16});
+  expect_error([&] { batchnorm_add_relu_forward_training(ctx, {}, x, g, g, Tensor::zeros({2, 16, 3, 4}), rm, rv); },
+               ErrorCode::kInvalidArgument, {"batchnorm_add_relu_forward_training", "shortcut", "[2, 16, 3, 4]"});
+  expect_error([&] { batchnorm_add_relu_forward_training(ctx, {}, x, g, g, Tensor::zeros({2, 16, 3, 3}), rm, rv); },
+               ErrorCode::kInvalidArgument, {"batchnorm_add_relu_forward_training", "shortcut", "channels_last"});
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, BatchNormAddReluTest,
+                         ::testing::Combine(::testing::Values(Shape{2, 16, 5, 3}, Shape{2, 80, 3, 3},
+                                                              Shape{2, 19, 4, 4}),
                                             ::testing::Values(MemoryFormat::kContiguous,
                                                               MemoryFormat::kChannelsLast)));
 

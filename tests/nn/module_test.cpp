@@ -97,6 +97,31 @@ TEST(BatchNorm2d, TrainingMovesRunningStatisticsAndEvalUsesThem) {
   EXPECT_NEAR(y[0], (0.0f - 0.4f) / std::sqrt(running_var + 1e-5f), 1e-5);
 }
 
+TEST(BatchNorm2d, ForwardAddReluIsForwardThenAddReluInTrainingAndEval) {
+  ExecutionContext ctx(Device::cpu(), 2, 1);
+  BatchNorm2d fused(16), pair(16);
+  std::vector<float> x(2 * 16 * 3 * 3), s(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = std::sin(0.37f * static_cast<float>(i)) * 3.0f + 1.0f;
+    s[i] = std::cos(0.71f * static_cast<float>(i));
+  }
+  Variable input(Tensor::from_vector(x, {2, 16, 3, 3}).to_format(MemoryFormat::kChannelsLast));
+  Variable shortcut(Tensor::from_vector(s, {2, 16, 3, 3}).to_format(MemoryFormat::kChannelsLast));
+  for (bool training : {true, false}) {
+    if (!training) {
+      fused.eval();
+      pair.eval();
+    }
+    std::vector<float> got = fused.forward_add_relu(ctx, input, shortcut).value().to_vector();
+    std::vector<float> want = autograd::add_relu(ctx, pair.forward(ctx, input), shortcut).value().to_vector();
+    EXPECT_EQ(got, want) << (training ? "training" : "eval");
+    EXPECT_EQ(fused.state_dict()["running_var"].to_vector(), pair.state_dict()["running_var"].to_vector());
+  }
+  EXPECT_EQ(fused.state_dict()["num_batches_tracked"].data<int64_t>()[0], 1);
+  BatchNorm2d clipped(16, 1e-5f, 0.1f, /*fuse_relu=*/true);
+  EXPECT_THROW(clipped.forward_add_relu(ctx, input, shortcut), Error);
+}
+
 TEST(Dropout, IdentityInEvalAndScaledInTraining) {
   ExecutionContext ctx;
   Dropout drop(0.5f);

@@ -16,6 +16,9 @@ void conv2d_backward_weights(Ctx&, const Conv2dParams&, const Tensor& x, const T
 void batchnorm_forward_training(Ctx&, const BatchNormParams&, const Tensor& x, const Tensor& gamma,
                                 const Tensor& beta, Tensor& running_mean, Tensor& running_var, Tensor& y,
                                 BatchNormSaved& saved);
+void batchnorm_add_relu_forward_training(Ctx&, const BatchNormParams&, const Tensor& x, const Tensor& gamma,
+                                         const Tensor& beta, const Tensor& shortcut, Tensor& running_mean,
+                                         Tensor& running_var, Tensor& y, BatchNormSaved& saved);
 void batchnorm_forward_inference(Ctx&, const BatchNormParams&, const Tensor& x, const Tensor& gamma,
                                  const Tensor& beta, const Tensor& running_mean, const Tensor& running_var,
                                  Tensor& y);

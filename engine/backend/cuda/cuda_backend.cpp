@@ -12,6 +12,7 @@ const KernelTable& kernel_table() {
     t.conv2d_backward_data_add = conv2d_backward_data_add;
     t.conv2d_backward_weights = conv2d_backward_weights;
     t.batchnorm_forward_training = batchnorm_forward_training;
+    t.batchnorm_add_relu_forward_training = batchnorm_add_relu_forward_training;
     t.batchnorm_forward_inference = batchnorm_forward_inference;
     t.batchnorm_backward = batchnorm_backward;
     t.batchnorm_moments = batchnorm_moments;

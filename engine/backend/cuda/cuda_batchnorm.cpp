@@ -238,6 +238,18 @@ void batchnorm_forward_training(Ctx& ctx, const BatchNormParams& p, const Tensor
   if (p.fuse_relu) relu_in_place(cc, op, y);
 }
 
+// cuDNN's batch norm, then the residual sum and ReLU as one map over y in place (cuda_elementwise's
+// add_relu): the same bits as the two ops called apart, and backward as theirs (the autograd op runs
+// relu_backward, then batchnorm_backward with this plain forward's saved state).
+void batchnorm_add_relu_forward_training(Ctx& ctx, const BatchNormParams& p, const Tensor& x, const Tensor& gamma,
+                                         const Tensor& beta, const Tensor& shortcut, Tensor& running_mean,
+                                         Tensor& running_var, Tensor& y, BatchNormSaved& saved) {
+  BatchNormParams plain = p;
+  plain.fuse_relu = false;
+  batchnorm_forward_training(ctx, plain, x, gamma, beta, running_mean, running_var, y, saved);
+  add_relu(ctx, y, shortcut, y);
+}
+
 void batchnorm_forward_inference(Ctx& ctx, const BatchNormParams& p, const Tensor& x, const Tensor& gamma,
                                  const Tensor& beta, const Tensor& running_mean, const Tensor& running_var,
                                  Tensor& y) {
