@@ -31,7 +31,7 @@ Geometry geometry_of(const Ctx& ctx, const Tensor& x) {
   return {x.dim(0) * x.dim(2) * x.dim(3), x.dim(1), ctx.num_threads() > 0 ? ctx.num_threads() : omp_get_max_threads()};
 }
 
-// Per channel: the two sums, and the per-thread rows they are added from.
+// Two sums per channel, in double.
 struct ChannelSums {
   std::vector<double> a, b;
 };
