@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/backend/batchnorm_math.h"
+#include "engine/backend/cpu/parallel.h"
 
 #define TANDEM_AVX512 __attribute__((target("avx512f")))
 
@@ -28,7 +29,7 @@ struct Geometry {
 };
 
 Geometry geometry_of(const Ctx& ctx, const Tensor& x) {
-  return {x.dim(0) * x.dim(2) * x.dim(3), x.dim(1), ctx.num_threads() > 0 ? ctx.num_threads() : omp_get_max_threads()};
+  return {x.dim(0) * x.dim(2) * x.dim(3), x.dim(1), thread_budget(ctx)};
 }
 
 // Two sums per channel, in double.
@@ -278,8 +279,7 @@ void finish_moments(const BatchNormParams& p, const Geometry& g, const ChannelSu
 }  // namespace
 
 bool avx512_batchnorm_suits(const Tensor& x) {
-  static const bool has_avx512 = __builtin_cpu_supports("avx512f");
-  return has_avx512 && x.dtype() == DType::kF32 && x.rank() == 4 && x.format() == MemoryFormat::kChannelsLast &&
+  return cpu_has_avx512f() && x.dtype() == DType::kF32 && x.rank() == 4 && x.format() == MemoryFormat::kChannelsLast &&
          x.dim(1) % kLanes == 0 && x.dim(1) > 0;
 }
 

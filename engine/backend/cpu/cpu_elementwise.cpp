@@ -43,11 +43,6 @@ __attribute__((target("avx512f"))) void relu_backward_avx512(const float* y, con
   _mm512_mask_storeu_ps(dx + i, tail, _mm512_maskz_loadu_ps(on, dy + i));
 }
 
-bool has_avx512() {
-  static const bool yes = __builtin_cpu_supports("avx512f");
-  return yes;
-}
-
 }  // namespace
 
 void relu_forward(Ctx& ctx, const Tensor& x, Tensor& y) {
@@ -72,9 +67,9 @@ void relu_backward(Ctx& ctx, const Tensor& y, const Tensor& dy, Tensor& dx) {
   const float* out = y.data<float>();
   const float* g = dy.data<float>();
   float* gx = dx.data<float>();
-  if (has_avx512()) {
+  if (cpu_has_avx512f()) {
     const int64_t n = y.numel();
-    const int threads = n < kParallelGrain ? 1 : (ctx.num_threads() > 0 ? ctx.num_threads() : omp_get_max_threads());
+    const int threads = n < kParallelGrain ? 1 : thread_budget(ctx);
 #pragma omp parallel num_threads(threads)
     {
       // Ranges on 16-element boundaries, so only the last thread has a tail.

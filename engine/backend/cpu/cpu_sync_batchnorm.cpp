@@ -7,6 +7,7 @@
 
 #include "engine/backend/batchnorm_math.h"
 #include "engine/backend/cpu/cpu_kernels.h"
+#include "engine/backend/cpu/parallel.h"
 
 namespace tandem::backend::cpu {
 namespace {
@@ -22,7 +23,6 @@ ChannelLayout layout_of(const Tensor& x) {
   return {x.dim(0), x.dim(1), x.dim(2) * x.dim(3), x.format() == MemoryFormat::kChannelsLast};
 }
 
-int thread_budget(const Ctx& ctx) { return ctx.num_threads() > 0 ? ctx.num_threads() : omp_get_max_threads(); }
 
 // Two sums per channel in one pass over the values: a[c] and b[c] add up f(i, c).a and .b over
 // channel c's flat indices i, in double. The order of the additions depends only on the shape and
