@@ -92,13 +92,18 @@ TANDEM_AVX512 inline void flush_sums(__m512 (&s)[kUnroll<NV>][NV], int64_t c0, d
   }
 }
 
-// sum[c] += x - pivot, sumsq[c] += (x - pivot)^2.
-template <int NV>
-TANDEM_AVX512 void moments_block(const float* x, int64_t channels, int64_t c0, int64_t p0, int64_t p1,
-                                 const float* pivot, double* sum, double* sumsq) {
+// What one channel vector of one pixel adds to the two sums: sa += a, sb += b1 b2.
+struct SumTerms {
+  __m512 a, b1, b2;
+};
+
+// The two per-channel sums of term(i, j) over pixels [p0, p1), j the channel vector and i its
+// flat index, in float over blocks of kBlockPixels with kUnroll<NV> accumulators each, then added
+// into sa[c0 ...] and sb[c0 ...] in double.
+template <int NV, typename Term>
+TANDEM_AVX512 inline void block_sums(int64_t channels, int64_t c0, int64_t p0, int64_t p1, const Term& term,
+                                     double* sa, double* sb) {
   constexpr int U = kUnroll<NV>;
-  __m512 k[NV];
-  load_channels<NV>(pivot, c0, k);
   for (int64_t block = p0; block < p1; block += kBlockPixels) {
     const int64_t end = std::min(block + kBlockPixels, p1);
     __m512 s[U][NV], q[U][NV];
@@ -113,15 +118,35 @@ TANDEM_AVX512 void moments_block(const float* x, int64_t channels, int64_t c0, i
         if (U > 1 && px + u >= end) break;
 #pragma GCC unroll 4
         for (int j = 0; j < NV; ++j) {
-          const __m512 d = _mm512_sub_ps(_mm512_loadu_ps(x + (px + u) * channels + c0 + j * kLanes), k[j]);
-          s[u][j] = _mm512_add_ps(s[u][j], d);
-          q[u][j] = _mm512_fmadd_ps(d, d, q[u][j]);
+          const SumTerms t = term((px + u) * channels + c0 + j * kLanes, j);
+          s[u][j] = _mm512_add_ps(s[u][j], t.a);
+          q[u][j] = _mm512_fmadd_ps(t.b1, t.b2, q[u][j]);
         }
       }
     }
-    flush_sums<NV>(s, c0, sum);
-    flush_sums<NV>(q, c0, sumsq);
+    flush_sums<NV>(s, c0, sa);
+    flush_sums<NV>(q, c0, sb);
   }
+}
+
+// The moments' terms: d = x - pivot, summed and squared.
+template <int NV>
+struct MomentTerms {
+  const float* x;
+  __m512 pivot[NV];
+  TANDEM_AVX512 SumTerms operator()(int64_t i, int j) const {
+    const __m512 d = _mm512_sub_ps(_mm512_loadu_ps(x + i), pivot[j]);
+    return {d, d, d};
+  }
+};
+
+// sum[c] += x - pivot, sumsq[c] += (x - pivot)^2.
+template <int NV>
+TANDEM_AVX512 void moments_block(const float* x, int64_t channels, int64_t c0, int64_t p0, int64_t p1,
+                                 const float* pivot, double* sum, double* sumsq) {
+  MomentTerms<NV> term{x, {}};
+  load_channels<NV>(pivot, c0, term.pivot);
+  block_sums<NV>(channels, c0, p0, p1, term, sum, sumsq);
 }
 
 // y = (x - mean) scale + beta (+ shortcut), clipped at 0 when clip.
@@ -143,41 +168,30 @@ TANDEM_AVX512 void normalize_block(const float* x, const float* shortcut, Affine
   }
 }
 
-// With g = dy (0 where the ReLU's mask is off): s1[c] += g, s2[c] += g (x - mean).
+// The gradient sums' terms: g = dy (0 where the ReLU's mask is off), summed and times x - mean.
+template <int NV>
+struct GradTerms {
+  const float* x;
+  const float* dy;
+  bool relu;
+  __m512 mean[NV], scale[NV], beta[NV];
+  TANDEM_AVX512 SumTerms operator()(int64_t i, int j) const {
+    const __m512 centred = _mm512_sub_ps(_mm512_loadu_ps(x + i), mean[j]);
+    __m512 g = _mm512_loadu_ps(dy + i);
+    if (relu) g = _mm512_maskz_mov_ps(positive(centred, scale[j], beta[j]), g);
+    return {g, g, centred};
+  }
+};
+
+// s1[c] += g, s2[c] += g (x - mean).
 template <int NV>
 TANDEM_AVX512 void grad_sums_block(const float* x, const float* dy, Affine f, bool relu, int64_t channels, int64_t c0,
                                    int64_t p0, int64_t p1, double* s1, double* s2) {
-  constexpr int U = kUnroll<NV>;
-  __m512 m[NV], a[NV], b[NV];
-  load_channels<NV>(f.mean, c0, m);
-  load_channels<NV>(f.scale, c0, a);
-  load_channels<NV>(f.beta, c0, b);
-  for (int64_t block = p0; block < p1; block += kBlockPixels) {
-    const int64_t end = std::min(block + kBlockPixels, p1);
-    __m512 s[U][NV], q[U][NV];
-#pragma GCC unroll 4
-    for (int u = 0; u < U; ++u) {
-#pragma GCC unroll 4
-      for (int j = 0; j < NV; ++j) s[u][j] = q[u][j] = _mm512_setzero_ps();
-    }
-    for (int64_t px = block; px < end; px += U) {
-#pragma GCC unroll 4
-      for (int u = 0; u < U; ++u) {
-        if (U > 1 && px + u >= end) break;
-#pragma GCC unroll 4
-        for (int j = 0; j < NV; ++j) {
-          const int64_t i = (px + u) * channels + c0 + j * kLanes;
-          const __m512 centred = _mm512_sub_ps(_mm512_loadu_ps(x + i), m[j]);
-          __m512 g = _mm512_loadu_ps(dy + i);
-          if (relu) g = _mm512_maskz_mov_ps(positive(centred, a[j], b[j]), g);
-          s[u][j] = _mm512_add_ps(s[u][j], g);
-          q[u][j] = _mm512_fmadd_ps(g, centred, q[u][j]);
-        }
-      }
-    }
-    flush_sums<NV>(s, c0, s1);
-    flush_sums<NV>(q, c0, s2);
-  }
+  GradTerms<NV> term{x, dy, relu, {}, {}, {}};
+  load_channels<NV>(f.mean, c0, term.mean);
+  load_channels<NV>(f.scale, c0, term.scale);
+  load_channels<NV>(f.beta, c0, term.beta);
+  block_sums<NV>(channels, c0, p0, p1, term, s1, s2);
 }
 
 // The per-channel constants of dx = g ka + (x - mean) kx + k0 (backward's second pass).
@@ -187,7 +201,7 @@ struct InputGradConstants {
   const float* k0;
 };
 
-// dx over the block, g as in grad_sums_block.
+// dx over the block, g as in GradTerms.
 template <int NV>
 TANDEM_AVX512 void input_grad_block(const float* x, const float* dy, Affine f, bool relu, InputGradConstants k,
                                     int64_t channels, int64_t c0, int64_t p0, int64_t p1, float* dx) {
