@@ -3,7 +3,8 @@
 // (dx, dgamma, dbeta), the fused ReLU on and off, in both memory formats and at awkward sizes
 // (batch 1, 3 and 5 channels, 1x1 planes; 8 channels in NHWC reach cuDNN's fused BN+ReLU). Max
 // and average pooling forward and backward with strides, padding and count_include_pad both
-// ways, global average pooling, and the deterministic max pool repeating bit for bit.
+// ways, global average pooling, the deterministic max pool repeating bit for bit, and the block
+// end relu(bn(x) + shortcut) against the CPU and the unfused pair.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -127,6 +128,43 @@ std::vector<BnCase> bn_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, BatchNormGpuTest,
                          ::testing::Combine(::testing::ValuesIn(bn_cases()),
+                                            ::testing::Values(MemoryFormat::kContiguous,
+                                                              MemoryFormat::kChannelsLast)));
+
+// relu(bn(x) + shortcut): the GPU against the CPU (whose channels_last multiples of 16 run its
+// fused AVX-512 kernel), and on the GPU to the bit what batch norm then add_relu give.
+class BatchNormAddReluGpuTest : public ::testing::TestWithParam<std::tuple<Shape, MemoryFormat>> {};
+
+TEST_P(BatchNormAddReluGpuTest, MatchesTheCpuAndTheUnfusedPair) {
+  TANDEM_REQUIRE_GPU();
+  const auto& [shape, format] = GetParam();
+  SCOPED_TRACE("x=" + shape.str() + " format=" + format_name(format));
+  ExecutionContext cpu_ctx(Device::cpu(), 2, 1);
+  ExecutionContext gpu_ctx(Device::cuda(0));
+  const int64_t ch = shape[1];
+  BatchNormParams p;
+  p.momentum = 0.2f;
+  Tensor x = random_tensor(shape, 30, -2.0f, 3.0f, format), s = random_tensor(shape, 31, -1.0f, 1.0f, format);
+  Tensor gamma = random_tensor({ch}, 32, 0.5f, 1.5f), beta = random_tensor({ch}, 33);
+  Tensor rm = random_tensor({ch}, 34), rv = random_tensor({ch}, 35, 0.5f, 2.0f);
+  Tensor g_rm = gpu(rm), g_rv = gpu(rv), g_rm_pair = gpu(rm), g_rv_pair = gpu(rv);
+
+  BatchNormForward f = batchnorm_add_relu_forward_training(cpu_ctx, p, x, gamma, beta, s, rm, rv);
+  BatchNormForward gf =
+      batchnorm_add_relu_forward_training(gpu_ctx, p, gpu(x), gpu(gamma), gpu(beta), gpu(s), g_rm, g_rv);
+  EXPECT_EQ(gf.y.format(), format);
+  EXPECT_LT(rel_error(gf.y, f.y), kTolerance);
+  EXPECT_LT(rel_error(gf.saved.mean, f.saved.mean), kTolerance);
+  EXPECT_LT(rel_error(gf.saved.invstd, f.saved.invstd), kTolerance);
+  EXPECT_LT(rel_error(g_rm, rm), kTolerance);
+  EXPECT_LT(rel_error(g_rv, rv), kTolerance);
+
+  BatchNormForward pair = batchnorm_forward_training(gpu_ctx, p, gpu(x), gpu(gamma), gpu(beta), g_rm_pair, g_rv_pair);
+  EXPECT_TRUE(bitwise_equal(gf.y, add_relu(gpu_ctx, pair.y, gpu(s))));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, BatchNormAddReluGpuTest,
+                         ::testing::Combine(::testing::Values(Shape{2, 16, 6, 5}, Shape{2, 5, 7, 7}),
                                             ::testing::Values(MemoryFormat::kContiguous,
                                                               MemoryFormat::kChannelsLast)));
 

@@ -240,13 +240,12 @@ void batchnorm_forward_training(Ctx& ctx, const BatchNormParams& p, const Tensor
 
 // cuDNN's batch norm, then the residual sum and ReLU as one map over y in place (cuda_elementwise's
 // add_relu): the same bits as the two ops called apart, and backward as theirs (the autograd op runs
-// relu_backward, then batchnorm_backward with this plain forward's saved state).
+// relu_backward, then batchnorm_backward with this plain forward's saved state). ops.cpp passes p
+// without fuse_relu.
 void batchnorm_add_relu_forward_training(Ctx& ctx, const BatchNormParams& p, const Tensor& x, const Tensor& gamma,
                                          const Tensor& beta, const Tensor& shortcut, Tensor& running_mean,
                                          Tensor& running_var, Tensor& y, BatchNormSaved& saved) {
-  BatchNormParams plain = p;
-  plain.fuse_relu = false;
-  batchnorm_forward_training(ctx, plain, x, gamma, beta, running_mean, running_var, y, saved);
+  batchnorm_forward_training(ctx, p, x, gamma, beta, running_mean, running_var, y, saved);
   add_relu(ctx, y, shortcut, y);
 }
 
