@@ -5,7 +5,13 @@
 // tools/scripts/gpu_check.sh runs both on the lent GPU and prints their ratio (docs/GPU_CHECK.md).
 //
 //   gpu_train_bench [--precision fp32|tf32|bf16[,...]] [--batch N] [--steps N] [--warmup N]
-//                   [--format nhwc|nchw] [--device cuda:K] [--no-cudnn-benchmark] [--json]
+//                   [--format nhwc|nchw] [--device cuda:K] [--no-cudnn-benchmark] [--profile N] [--json]
+//
+// --profile N: after the timed steps, N more steps with every kernel call fenced by a stream
+// synchronize (bench/support/kernel_timing.h), reported as milliseconds per step per kernel table
+// entry and the time outside them (autograd, allocation, launch gaps). Those steps run slower than
+// the timed ones and are not part of the images/s figure. SPDLOG_LEVEL=debug logs each
+// convolution's chosen cuDNN algorithm.
 //
 // The peak is the device allocator's over the whole process (it never resets): with several precisions
 // in one run, later ones report the highest so far; gpu_check.sh runs one precision per process.
@@ -19,6 +25,9 @@
 #include <string>
 #include <vector>
 
+#include <spdlog/cfg/env.h>
+
+#include "bench/support/kernel_timing.h"
 #include "engine/autograd/ops.h"
 #include "engine/backend/plugin_loader.h"
 #include "engine/core/allocator.h"
@@ -45,13 +54,15 @@ struct Options {
   MemoryFormat format = MemoryFormat::kChannelsLast;
   Device device = Device::cuda(0);
   bool cudnn_benchmark = true;  // as the PyTorch reference's torch.backends.cudnn.benchmark = True
+  int profile_steps = 0;
   bool json = false;
 };
 
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
                "gpu_train_bench: %s\nusage: gpu_train_bench [--precision fp32|tf32|bf16[,...]] [--batch N] "
-               "[--steps N] [--warmup N] [--format nhwc|nchw] [--device cuda:K] [--no-cudnn-benchmark] [--json]\n",
+               "[--steps N] [--warmup N] [--format nhwc|nchw] [--device cuda:K] [--no-cudnn-benchmark] [--profile N] "
+               "[--json]\n",
                why.c_str());
   std::exit(2);
 }
@@ -90,6 +101,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--steps") o.steps = static_cast<int>(count(1));
     else if (a == "--warmup") o.warmup = static_cast<int>(count(1));  // >= 1: cuDNN plans on the first step
     else if (a == "--no-cudnn-benchmark") o.cudnn_benchmark = false;
+    else if (a == "--profile") o.profile_steps = static_cast<int>(count(1));
     else if (a == "--json") o.json = true;
     else if (a == "--format") {
       std::string f = value();
@@ -124,6 +136,8 @@ struct Result {
   std::vector<double> step_s;
   double window_s = 0, first_step_s = 0, final_loss = 0;
   int64_t peak_bytes = 0;
+  double profile_step_s = 0;  // per fenced step (--profile)
+  std::vector<tandem::bench::KernelStats> kernels;
 };
 
 // Synthetic input made once on the host and copied to the device: the bench measures the step,
@@ -188,11 +202,50 @@ Result run(const Options& o, Precision precision) {
   ctx.stream().synchronize();
   r.window_s = seconds(start, Clock::now());
   r.peak_bytes = ctx.allocator().stats().peak_bytes_in_use;
+  if (o.profile_steps > 0) {
+    tandem::bench::install_timed_kernels(o.device.type, o.batch, [&ctx] { ctx.stream().synchronize(); });
+    auto t0 = Clock::now();
+    for (int i = 0; i < o.profile_steps; ++i) step();
+    ctx.stream().synchronize();
+    r.profile_step_s = seconds(t0, Clock::now()) / o.profile_steps;
+    tandem::bench::set_kernel_timing(false);
+    r.kernels = tandem::bench::kernel_stats();
+  }
   r.final_loss = loss.value().to(Device::cpu()).to_vector()[0];
   return r;
 }
 
 const char* format_flag(MemoryFormat f) { return f == MemoryFormat::kChannelsLast ? "nhwc" : "nchw"; }
+
+// The --profile figures: JSON members (after a comma), or a table sorted by time.
+void print_profile(const Options& o, const Result& r) {
+  if (o.profile_steps == 0) return;
+  const double n = o.profile_steps;
+  double in_kernels = 0;
+  for (const auto& k : r.kernels) in_kernels += k.seconds;
+  const double outside_ms = 1e3 * (r.profile_step_s - in_kernels / n);
+  if (o.json) {
+    std::printf(", \"profile\": {\"steps\": %d, \"step_ms\": %.3f, \"outside_kernels_ms\": %.3f, \"kernels_ms\": {",
+                o.profile_steps, 1e3 * r.profile_step_s, outside_ms);
+    const char* sep = "";
+    for (const auto& k : r.kernels) {
+      if (k.calls == 0) continue;
+      std::printf("%s\"%s\": [%.3f, %lld]", sep, k.name, 1e3 * k.seconds / n, static_cast<long long>(k.calls / o.profile_steps));
+      sep = ", ";
+    }
+    std::printf("}}");
+    return;
+  }
+  std::vector<tandem::bench::KernelStats> sorted = r.kernels;
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.seconds > b.seconds; });
+  std::printf("  fenced step %.1f ms (%d steps, every kernel call synchronized):\n", 1e3 * r.profile_step_s,
+              o.profile_steps);
+  for (const auto& k : sorted) {
+    if (k.calls == 0) continue;
+    std::printf("    %-38s %9.2f ms %6lld calls\n", k.name, 1e3 * k.seconds / n, static_cast<long long>(k.calls / o.profile_steps));
+  }
+  std::printf("    %-38s %9.2f ms\n", "outside kernels (autograd, glue, gaps)", outside_ms);
+}
 
 void print(const Options& o, const Result& r) {
   double images_per_sec = static_cast<double>(o.batch) * o.steps / r.window_s;
@@ -201,11 +254,13 @@ void print(const Options& o, const Result& r) {
     std::printf("{\"engine\": \"tandem\", \"model\": \"resnet50\", \"device\": \"%s\", \"precision\": \"%s\", "
                 "\"format\": \"%s\", \"batch\": %lld, \"steps\": %d, \"warmup\": %d, \"cudnn_benchmark\": %s, "
                 "\"images_per_sec\": %.2f, \"step_ms\": {\"p50\": %.3f, \"p95\": %.3f}, \"first_step_ms\": %.1f, "
-                "\"peak_bytes_in_use\": %lld, \"final_loss\": %.5f}\n",
+                "\"peak_bytes_in_use\": %lld, \"final_loss\": %.5f",
                 o.device.str().c_str(), precision.c_str(), format_flag(o.format), static_cast<long long>(o.batch),
                 o.steps, o.warmup, o.cudnn_benchmark ? "true" : "false", images_per_sec,
                 1e3 * percentile(r.step_s, 0.5), 1e3 * percentile(r.step_s, 0.95), 1e3 * r.first_step_s,
                 static_cast<long long>(r.peak_bytes), r.final_loss);
+    print_profile(o, r);
+    std::printf("}\n");
   } else {
     std::printf("resnet50 %s %s on %s, batch %lld, %d timed steps after %d warm-up (first step %.0f ms)\n",
                 precision.c_str(), format_flag(o.format), o.device.str().c_str(), static_cast<long long>(o.batch),
@@ -213,6 +268,7 @@ void print(const Options& o, const Result& r) {
     std::printf("  images/s %.1f   step p50 %.1f ms  p95 %.1f ms   peak device memory %.2f GiB   final loss %.4f\n",
                 images_per_sec, 1e3 * percentile(r.step_s, 0.5), 1e3 * percentile(r.step_s, 0.95),
                 static_cast<double>(r.peak_bytes) / (1 << 30), r.final_loss);
+    print_profile(o, r);
   }
   std::fflush(stdout);
 }
@@ -221,6 +277,7 @@ void print(const Options& o, const Result& r) {
 
 int main(int argc, char** argv) {
   Options o = parse(argc, argv);
+  spdlog::cfg::load_env_levels();
   // The CUDA kernels live in the plugin: without it Device::cuda has no services or kernels.
   const tandem::backend::CudaPluginStatus& plugin = tandem::backend::load_cuda_plugin();
   if (!plugin.loaded || plugin.device_count <= o.device.index) {

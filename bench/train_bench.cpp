@@ -20,6 +20,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "bench/support/kernel_timing.h"
 #include "engine/autograd/ops.h"
 #include "engine/backend/registry.h"
 #include "engine/core/allocator.h"
@@ -36,6 +37,9 @@ using tandem::MemoryFormat;
 using tandem::Tensor;
 using Clock = std::chrono::steady_clock;
 namespace backend = tandem::backend;
+using tandem::bench::kernel_stats;
+using tandem::bench::KernelStats;
+using tandem::bench::reset_kernel_stats;
 
 // The shapes of one bench: the PyTorch twin (bench/pytorch_train.py) uses the same table.
 struct Workload {
@@ -104,93 +108,6 @@ Options parse(int argc, char** argv) {
     }
   }
   return o;
-}
-
-// Per-kernel accounting: a copy of the CPU kernel table whose entries time the real ones and
-// tally the memory formats of their 4-D tensor arguments (to prove channels_last runs NHWC
-// throughout). The cost is two clock reads per kernel call, a few microseconds per step.
-struct KernelStats {
-  const char* name = "";
-  double seconds = 0;
-  int64_t calls = 0;
-  int64_t nchw_args = 0, nhwc_args = 0;  // 4-D activations (inputs and outputs) by format
-};
-std::vector<KernelStats> kernel_stats;
-backend::KernelTable real_kernels;
-
-template <auto Member>
-size_t slot_of = 0;
-
-template <typename Fn>
-struct Timed;
-template <typename... A>
-struct Timed<void (*)(A...)> {
-  template <auto Member>
-  static void call(A... a) {
-    KernelStats& s = kernel_stats[slot_of<Member>];
-    auto tally = [&s](const auto& arg) {
-      if constexpr (std::is_same_v<std::decay_t<decltype(arg)>, Tensor>) {
-        // Activations only: they lead with the batch; weights (K, C, R, S) stay contiguous by design.
-        if (arg.defined() && arg.rank() == 4 && arg.dim(0) == tally_batch) {
-          ++(arg.format() == MemoryFormat::kChannelsLast ? s.nhwc_args : s.nchw_args);
-        }
-      }
-    };
-    auto start = Clock::now();
-    (real_kernels.*Member)(a...);
-    s.seconds += std::chrono::duration<double>(Clock::now() - start).count();
-    ++s.calls;
-    (tally(a), ...);  // after the call: outputs are filled in by then
-  }
-};
-
-template <auto Member>
-void wrap(backend::KernelTable& table, const char* name) {
-  if (!(table.*Member)) return;
-  slot_of<Member> = kernel_stats.size();
-  kernel_stats.push_back({.name = name});
-  using Fn = std::remove_reference_t<decltype(table.*Member)>;
-  table.*Member = &Timed<Fn>::template call<Member>;
-}
-
-// The one macro: it captures the entry's name for the report.
-#define TANDEM_TIME_KERNEL(entry) wrap<&backend::KernelTable::entry>(timed, #entry)
-
-void install_timed_kernels() {
-  static backend::KernelTable timed;
-  real_kernels = backend::kernels_for(tandem::DeviceType::kCpu);
-  timed = real_kernels;
-  TANDEM_TIME_KERNEL(conv2d_forward);
-  TANDEM_TIME_KERNEL(conv2d_backward_data);
-  TANDEM_TIME_KERNEL(conv2d_backward_data_add);
-  TANDEM_TIME_KERNEL(conv2d_backward_weights);
-  TANDEM_TIME_KERNEL(batchnorm_forward_training);
-  TANDEM_TIME_KERNEL(batchnorm_add_relu_forward_training);
-  TANDEM_TIME_KERNEL(batchnorm_backward);
-  TANDEM_TIME_KERNEL(relu_forward);
-  TANDEM_TIME_KERNEL(relu_backward);
-  TANDEM_TIME_KERNEL(linear_forward);
-  TANDEM_TIME_KERNEL(linear_backward_data);
-  TANDEM_TIME_KERNEL(linear_backward_weights);
-  TANDEM_TIME_KERNEL(add);
-  TANDEM_TIME_KERNEL(add_relu);
-  TANDEM_TIME_KERNEL(axpy);
-  TANDEM_TIME_KERNEL(fill);
-  TANDEM_TIME_KERNEL(sum);
-  TANDEM_TIME_KERNEL(softmax_cross_entropy_forward);
-  TANDEM_TIME_KERNEL(softmax_cross_entropy_backward);
-  TANDEM_TIME_KERNEL(sgd_update);
-  TANDEM_TIME_KERNEL(scale);
-  TANDEM_TIME_KERNEL(mul);
-  TANDEM_TIME_KERNEL(avg_pool2d_forward);
-  TANDEM_TIME_KERNEL(avg_pool2d_backward);
-  TANDEM_TIME_KERNEL(max_pool2d_forward);
-  TANDEM_TIME_KERNEL(max_pool2d_backward);
-  backend::register_kernels(tandem::DeviceType::kCpu, &timed);
-}
-
-void reset_kernel_stats() {
-  for (KernelStats& s : kernel_stats) s = {.name = s.name};
 }
 
 double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
@@ -297,7 +214,7 @@ Result run(const Options& o, MemoryFormat format) {
   r.allocations_per_step = static_cast<double>(allocator.stats().system_allocations - before) / o.steps;
   r.page_faults_per_step = static_cast<double>(minor_page_faults() - faults_before) / o.steps;
   r.peak_rss_bytes = peak_rss_bytes();
-  for (const KernelStats& s : kernel_stats) {
+  for (const KernelStats& s : kernel_stats()) {
     if (std::string_view(s.name).starts_with("conv2d_")) r.conv_s += s.seconds;
   }
   r.peak_bytes = allocator.stats().peak_bytes_in_use;
@@ -322,7 +239,7 @@ void print_json(const Options& o, const Result& r) {
               r.final_loss, r.load.c_str());
   std::printf(", \"kernels_ms\": {");
   const char* sep = "";
-  for (const KernelStats& s : kernel_stats) {
+  for (const KernelStats& s : kernel_stats()) {
     if (s.calls == 0) continue;
     std::printf("%s\"%s\": %.3f", sep, s.name, 1e3 * s.seconds / n);
     sep = ", ";
@@ -347,9 +264,9 @@ void print_text(const Options& o, const Result& r) {
               r.allocations_per_step, r.page_faults_per_step, static_cast<double>(r.peak_rss_bytes) / (1 << 20),
               static_cast<double>(r.peak_bytes) / (1 << 20));
   double kernel_total = 0;
-  for (const KernelStats& s : kernel_stats) kernel_total += s.seconds;
+  for (const KernelStats& s : kernel_stats()) kernel_total += s.seconds;
   if (o.profile) {
-    std::vector<KernelStats> sorted = kernel_stats;
+    std::vector<KernelStats> sorted = kernel_stats();
     std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.seconds > b.seconds; });
     std::printf("  %-32s %9s %7s %6s %14s\n", "kernel", "ms/step", "share", "calls", "4-D args nchw/nhwc");
     for (const KernelStats& s : sorted) {
@@ -368,7 +285,7 @@ void print_text(const Options& o, const Result& r) {
 bool check_layout(const Result& r) {
   if (r.format != MemoryFormat::kChannelsLast) return true;
   bool ok = true;
-  for (const KernelStats& s : kernel_stats) {
+  for (const KernelStats& s : kernel_stats()) {
     if (s.nchw_args == 0) continue;
     std::fprintf(stderr, "train_bench: channels_last run: kernel %s saw %lld NCHW 4-D tensors per step\n", s.name,
                  static_cast<long long>(s.nchw_args / std::max(1, static_cast<int>(r.step_s.size()))));
@@ -382,7 +299,7 @@ bool check_layout(const Result& r) {
 int main(int argc, char** argv) {
   Options o = parse(argc, argv);
   tally_batch = o.workload.batch;
-  install_timed_kernels();
+  tandem::bench::install_timed_kernels(tandem::DeviceType::kCpu, tally_batch);
   bool layout_ok = true;
   for (MemoryFormat f : o.formats) {
     try {

@@ -5,6 +5,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -76,7 +77,16 @@ yaml::Keys image_keys(ImageMapOptions& im) {
       {"layout", [&](auto& n, auto& p) { a.layout = with_path(n, p, parse_image_layout); }},
       {"normalize", [&](auto& n, auto& p) { a.normalize = as_bool(n, p); }},
       {"mean", [&](auto& n, auto& p) { auto v = floats(n, p, 3); std::copy(v.begin(), v.end(), a.mean.begin()); }},
-      {"std", [&](auto& n, auto& p) { auto v = floats(n, p, 3); std::copy(v.begin(), v.end(), a.std.begin()); }},
+      {"std", [&](auto& n, auto& p) {
+         auto v = floats(n, p, 3);
+         for (size_t i = 0; i < v.size(); ++i) {
+           // Normalising divides by it: a zero std turns every pixel into inf or NaN.
+           TANDEM_CHECK(std::isfinite(v[i]) && v[i] > 0.0f, ErrorCode::kInvalidArgument,
+                        "{}: every value must be a positive number (images are divided by it), got {} at index {}",
+                        where(n, p), v[i], i);
+         }
+         std::copy(v.begin(), v.end(), a.std.begin());
+       }},
       {"augment", [&](auto& n, auto& p) { walk(n, p, augment_keys(a)); }},
   };
 }

@@ -52,6 +52,11 @@ TANDEM_HOST_DEVICE inline bool label_in_range(int64_t label, int64_t classes) {
   return label >= 0 && label < classes;
 }
 
+// Whether logit z keeps the label's logit `target` out of first place. Ties count for the label; a
+// NaN on either side beats it, so a NaN prediction is never scored correct (a model gone NaN must
+// not evaluate as 100%).
+TANDEM_HOST_DEVICE inline bool logit_beats(float z, float target) { return !(z <= target); }
+
 // -sum_j target_j log softmax_j with target = (1 - s) onehot(label) + s / K, which is
 // lse - (1 - s) z_label - s / K sum_j z_j. The smoothing term is left out when s is 0, so a -inf
 // logit elsewhere in the row does not make 0 * -inf = NaN.

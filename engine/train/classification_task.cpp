@@ -1,5 +1,7 @@
 #include "engine/train/classification_task.h"
 
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include "engine/autograd/ops.h"
@@ -69,10 +71,15 @@ int64_t count_top_k(const Tensor& logits, const Tensor& labels, int k) {
   for (int64_t i = 0; i < n; ++i) {
     const float* row = z + i * classes;
     float target = row[y[i]];
-    // The label is in the top k when fewer than k logits beat it (ties count for the label).
+    // The label is in the top k when fewer than k logits beat it (ties count for the label); a row
+    // with a NaN is never correct, whatever k.
     int64_t better = 0;
-    for (int64_t j = 0; j < classes; ++j) better += row[j] > target;
-    correct += better < k;
+    bool nan = false;
+    for (int64_t j = 0; j < classes; ++j) {
+      better += row[j] > target;
+      nan = nan || std::isnan(row[j]);
+    }
+    correct += better < k && !nan;
   }
   return correct;
 }

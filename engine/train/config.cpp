@@ -74,6 +74,7 @@ Keys loop_keys(LoopConfig& l) {
       {"label_smoothing", [&](auto& n, auto& p) { l.label_smoothing = as_float(n, p, 0.0, 0.999); }},
       {"clip_grad_norm", [&](auto& n, auto& p) { l.clip_grad_norm = as_number(n, p, 0.0, kMax); }},
       {"warmup_steps_for_timing", [&](auto& n, auto& p) { l.warmup_steps_for_timing = as_int(n, p, 0); }},
+      {"on_nan_loss", [&](auto& n, auto& p) { l.on_nan_loss = one_of(n, p, {"fail", "warn"}); }},
   };
 }
 

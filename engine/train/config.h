@@ -42,6 +42,9 @@ struct LoopConfig {
   float label_smoothing = 0.0f;
   double clip_grad_norm = 0.0;         // 0: no clipping
   int64_t warmup_steps_for_timing = 5; // steps left out of throughput and step-time figures
+  // A training loss that is NaN or infinite at a log line: fail (stop the run with an error naming
+  // the steps; the last checkpoint keeps the weights before) or warn (once, and train on).
+  std::string on_nan_loss = "fail";
 };
 
 struct CheckpointConfig {

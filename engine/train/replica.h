@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <exception>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -44,6 +45,7 @@ struct Trainer::Shared {
   std::unique_ptr<optim::LrSchedule> schedule;
   std::unique_ptr<CheckpointManager> checkpoints;
   std::optional<CheckpointMeta> resume;  // what a resumed run starts from
+  std::filesystem::path resume_path;     // the checkpoint directory it was read from
   std::vector<ReplicaState> positions;   // by local replica: each writes its own before a checkpoint
   TrainerControl control;  // the callbacks' requests: read and written by replica 0 only
   RunSummary summary;  // written by replica 0
@@ -108,6 +110,13 @@ class ReplicaLoop {
   void add_phases(const std::vector<std::pair<int64_t, DevicePhases>>& steps, StepBreakdown& epoch);
   // Reads the step metrics at log steps and, on replica 0, calls on_step_end.
   void report_step(int64_t epoch, int64_t step_in_epoch);
+  // At a log line and before a checkpoint, on every replica (the summed stats are the same
+  // everywhere): a NaN or infinite training loss stops the run (train.on_nan_loss: fail) or is
+  // warned about once (warn).
+  void check_loss_is_finite(const Tensor& summed_stats);
+  // Replicas 1..R-1's running statistics for the checkpoint, when they differ from replica 0's
+  // (per-replica BatchNorm); a collective: every replica calls it, replica 0 gets the map.
+  TensorMap gather_replica_buffers();
   // Replica 0, at a log line: each GPU's utilisation, memory and power to the report's scalars.
   std::string report_gpus(double input_wait_fraction);
   void report_epoch(int64_t epoch, int64_t steps, const StepBreakdown& times, int64_t dropped);
@@ -156,7 +165,9 @@ class ReplicaLoop {
   int64_t start_step_ = 0;    // where this run started (the resumed step, or 0)
   int64_t last_checkpoint_step_ = -1;
   int64_t timed_steps_ = 0;   // steps after warm-up, for throughput
-  double last_train_loss_ = 0;
+  std::optional<double> last_train_loss_;  // none until a log line measured it
+  int64_t last_log_step_ = 0;  // the step of the last log line (the start of the next interval)
+  bool nan_loss_warned_ = false;
   std::vector<double> step_times_;
   StepBreakdown timed_breakdown_;
   double timed_seconds_ = 0;

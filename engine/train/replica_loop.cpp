@@ -55,14 +55,13 @@ void ReplicaLoop::setup() {
   comm_ = &shared_.device_communicator(rank_);
   host_comm_ = &shared_.group->communicator(rank_);
   if (shared_.resume) {
-    auto path = shared_.checkpoints->path_for_step(shared_.resume->step);
-    CheckpointManager::load(path, *model_, optimizer_.get());
+    CheckpointManager::load(shared_.resume_path, *model_, optimizer_.get());
     const auto& saved = shared_.resume->replicas;
     // A replica the checkpoint did not have (resumed with more replicas) keeps its fresh stream.
     if (global_rank_ < static_cast<int>(saved.size())) {
       ctx_->generator().set_state(saved[static_cast<size_t>(global_rank_)].rng);
     }
-    step_ = start_step_ = shared_.resume->step;
+    step_ = start_step_ = last_log_step_ = shared_.resume->step;
     lr_scale_ = static_cast<float>(shared_.resume->lr_scale);
     if (static_cast<int>(saved.size()) == plan_.replicas()) {
       const nlohmann::json& position = saved[static_cast<size_t>(global_rank_)].data_position;
@@ -80,6 +79,11 @@ void ReplicaLoop::setup() {
   // Running statistics are equal across replicas only when they come from the same batch.
   buffers_identical_ = plan_.replicas() == 1 || config_.distribute.sync_batchnorm;
   distribute::broadcast_parameters(*comm_, *model_);
+  if (shared_.resume && static_cast<int>(shared_.resume->replicas.size()) == plan_.replicas()) {
+    // Per-replica running statistics come back to the replica that gathered them (after the
+    // broadcast, which gave every replica replica 0's), so evaluations match the run that saved.
+    CheckpointManager::load_replica_buffers(shared_.resume_path, global_rank_, *model_);
+  }
   bucketer_ = std::make_unique<distribute::GradientBucketer>(*comm_, *ctx_, model_->named_parameters(),
                                                              bucket_options(config_.distribute));
   timer_ = std::make_unique<StepTimer>(*ctx_);
@@ -171,7 +175,7 @@ void ReplicaLoop::run_epochs() {
                            : 0.0;
     s.step_time_p50_ms = 1000.0 * percentile(step_times_, 50);
     s.step_time_p95_ms = 1000.0 * percentile(step_times_, 95);
-    s.final_metrics["train_" + train_metrics_.front()] = last_train_loss_;
+    if (last_train_loss_) s.final_metrics["train_" + train_metrics_.front()] = *last_train_loss_;
     s.replicas = plan_.replicas();
     s.processes = plan_.processes;
     if (plan_.processes > 1 && step_ > start_step_) {
@@ -389,6 +393,8 @@ void ReplicaLoop::report_step(int64_t epoch, int64_t step_in_epoch) {
     host_stats_.copy_from(stats_);
     stats_.zero_();
     host_comm_->all_reduce(host_stats_, distribute::ReduceOp::kSum);
+    check_loss_is_finite(host_stats_);
+    last_log_step_ = step_;
   }
   if (!lead()) return;
   r.step = step_;
@@ -404,7 +410,7 @@ void ReplicaLoop::report_step(int64_t epoch, int64_t step_in_epoch) {
     r.has_metrics = true;
     r.scalars.values.clear();
     last_train_loss_ = s[0] / examples;
-    r.loss = last_train_loss_;
+    r.loss = *last_train_loss_;
     r.images_per_sec = interval_total_ > 0 ? examples / interval_total_ : 0.0;
     r.input_wait_fraction = interval_total_ > 0 ? interval_input_ / interval_total_ : 0.0;
     r.devices = report_gpus(r.input_wait_fraction);
@@ -415,6 +421,26 @@ void ReplicaLoop::report_step(int64_t epoch, int64_t step_in_epoch) {
     interval_input_ = interval_total_ = 0;
   }
   shared_.for_each_callback([&](Callback& c) { c.on_step_end(r, shared_.control); });
+}
+
+void ReplicaLoop::check_loss_is_finite(const Tensor& summed_stats) {
+  const float* s = summed_stats.data<float>();
+  const float examples = s[train_metrics_.size()];
+  if (examples == 0 || std::isfinite(s[0])) return;
+  const double loss = s[0] / examples;
+  const std::string where = fmt::format("the training loss is {} over steps {}..{} (the log interval)", loss,
+                                        last_log_step_ + 1, step_);
+  const std::string why = "the run diverged or its inputs hold NaN or inf: lower optimizer.lr, clip gradients "
+                          "(train.clip_grad_norm), or check the data's normalisation (data.image.mean and std)";
+  if (config_.loop.on_nan_loss == "warn") {
+    if (lead() && !nan_loss_warned_) spdlog::warn("{}; training on (train.on_nan_loss: warn): {}", where, why);
+    nan_loss_warned_ = true;
+    return;
+  }
+  throw_error(ErrorCode::kFailedPrecondition,
+              "{}: stopped before any later checkpoint could save these weights. {}; or set train.on_nan_loss: "
+              "warn to train on",
+              where, why);
 }
 
 std::string ReplicaLoop::report_gpus(double input_wait_fraction) {
@@ -478,7 +504,7 @@ void ReplicaLoop::evaluate(int64_t step) {
 
 void ReplicaLoop::fill_run_state(CheckpointMeta& meta) const {
   meta.metrics = shared_.summary.final_metrics;
-  meta.metrics["train_" + train_metrics_.front()] = last_train_loss_;
+  if (last_train_loss_) meta.metrics["train_" + train_metrics_.front()] = *last_train_loss_;
   meta.lr_scale = shared_.control.lr_scale();
   for (const auto& callback : shared_.setup.callbacks) {
     if (!callback->state_key().empty()) meta.callbacks[callback->state_key()] = callback->save_state();
@@ -488,6 +514,14 @@ void ReplicaLoop::fill_run_state(CheckpointMeta& meta) const {
 void ReplicaLoop::checkpoint(int64_t epoch, int64_t batches_into_epoch, const Batch* last_trained,
                              std::optional<uint32_t> next_fingerprint) {
   if (last_checkpoint_step_ == step_) return;  // the same state is saved already
+  if (config_.loop.on_nan_loss == "fail") {
+    // No checkpoint holds weights trained on a NaN loss: the steps since the last log line are
+    // checked too (a read of the running sums, left in place for the next log line).
+    Tensor peek = Tensor::empty(host_stats_.shape());
+    peek.copy_from(stats_);
+    host_comm_->all_reduce(peek, distribute::ReduceOp::kSum);
+    check_loss_is_finite(peek);
+  }
   last_checkpoint_step_ = step_;
   ReplicaState& mine = shared_.positions[static_cast<size_t>(rank_)];
   // batches: this replica's batches into the epoch (equal on every replica: they step together);
@@ -504,6 +538,7 @@ void ReplicaLoop::checkpoint(int64_t epoch, int64_t batches_into_epoch, const Ba
   // The checksum is a collective, so it also orders every replica's position write before the save.
   distribute::verify_parameters(*comm_, *model_, buffers_identical_);
   std::vector<ReplicaState> positions = all_positions();
+  TensorMap replica_buffers = gather_replica_buffers();
   if (lead()) {
     CheckpointMeta meta;
     meta.step = step_;
@@ -515,11 +550,47 @@ void ReplicaLoop::checkpoint(int64_t epoch, int64_t batches_into_epoch, const Ba
     // MetricsWriter flushes here: metrics up to this step are on disk before the checkpoint exists,
     // so a kill at any point loses only rows of steps after the checkpoint a resumed run starts from.
     shared_.for_each_callback([&](Callback& c) { c.on_checkpoint_begin(step_, shared_.control); });
-    CheckpointReport report{step_, epoch, shared_.checkpoints->save(*model_, *optimizer_, meta)};  // logs where it went
+    CheckpointReport report{step_, epoch, shared_.checkpoints->save(*model_, *optimizer_, meta, replica_buffers)};
     shared_.for_each_callback([&](Callback& c) { c.on_checkpoint(report, shared_.control); });
   }
   // No replica may write its next position before replica 0 has copied them all.
   reduce_scalar_sum(0.0);
+}
+
+TensorMap ReplicaLoop::gather_replica_buffers() {
+  if (buffers_identical_) return {};
+  // Every replica's f32 buffers in one flat vector, gathered once over all replicas (of every
+  // process); replica 0 names the others' pieces. Only at checkpoints.
+  std::vector<std::pair<std::string, Tensor*>> buffers;
+  int64_t total = 0;
+  for (auto& [name, buffer] : model_->named_buffers()) {
+    if (buffer->dtype() != DType::kF32) continue;  // counters advance alike on every replica
+    buffers.emplace_back(name, buffer);
+    total += buffer->numel();
+  }
+  if (total == 0) return {};
+  Tensor mine = Tensor::empty({total});
+  int64_t at = 0;
+  for (auto& [name, buffer] : buffers) {
+    const std::vector<float> values = buffer->to(Device::cpu()).to_vector();
+    std::copy(values.begin(), values.end(), mine.data<float>() + at);
+    at += buffer->numel();
+  }
+  const int world = plan_.replicas();
+  Tensor all = Tensor::empty({total * world});
+  host_comm_->all_gather(mine, all);
+  TensorMap out;
+  if (!lead()) return out;
+  for (int r = 1; r < world; ++r) {
+    at = static_cast<int64_t>(r) * total;
+    for (auto& [name, buffer] : buffers) {
+      Tensor t = Tensor::empty(buffer->shape());
+      std::copy_n(all.data<float>() + at, buffer->numel(), t.data<float>());
+      out[fmt::format("replica{}.{}", r, name)] = t;
+      at += buffer->numel();
+    }
+  }
+  return out;
 }
 
 std::vector<ReplicaState> ReplicaLoop::all_positions() {

@@ -197,6 +197,7 @@ Trainer::Trainer(TrainerSetup setup) {
                         .owner = s.setup.processes.rank == 0});
   if (auto path = agreed_resume(s)) {
     s.resume = validate_checkpoint(*path);
+    s.resume_path = *path;  // the replicas load exactly this directory, not their own of that step
     spdlog::info("resuming from {} (step {}, epoch {})", path->string(), s.resume->step, s.resume->epoch);
     log_replica_change(*s.resume, s.setup.plan);
   }

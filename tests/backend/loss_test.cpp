@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "backend_test_util.h"
 
@@ -53,6 +54,18 @@ TEST(SoftmaxCrossEntropy, RejectsALabelOutsideTheClasses) {
   Tensor z = Tensor::zeros({2, 3});
   expect_error([&] { softmax_cross_entropy_forward(ctx, z, labels_tensor({1, 3}), 0.0f); },
                ErrorCode::kInvalidArgument, {"softmax_cross_entropy_forward", "labels[1] = 3", "[0, 3)"});
+}
+
+// The training loop's top-1 count: ties count for the label, a NaN anywhere in a row never does.
+TEST(ClassificationStats, ANaNRowIsWrongAndATieIsRight) {
+  ExecutionContext ctx(Device::cpu(), 2, 1);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // Rows: label's logit highest; a tie; every logit NaN; the label's NaN; another's NaN; beaten.
+  Tensor z = Tensor::from_vector({3, 1, 2, 2, 2, 1, nan, nan, nan, nan, 1, 2, 5, nan, 1, 1, 4, 2}, {6, 3});
+  Tensor stats = Tensor::zeros({3});
+  Tensor loss = Tensor::from_vector({0.5f}, Shape());
+  accumulate_classification_stats(ctx, loss, 2.0f, z, labels_tensor({0, 1, 0, 0, 0, 0}), stats);
+  EXPECT_EQ(stats.to_vector(), (std::vector<float>{1.0f, 2.0f, 6.0f}));
 }
 
 }  // namespace

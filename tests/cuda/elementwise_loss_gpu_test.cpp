@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -244,14 +245,17 @@ TEST(CudaClassificationStats, AccumulatesOverTwoCallsAsTheCpuBackend) {
     // Whole numbers in [0, 3) make ties common: a tie counts for the label.
     std::vector<float> zv = random_floats(call.n * call.k, ++seed, 0.0f, 3.0f);
     for (float& v : zv) v = std::floor(v);
-    Tensor z = host_tensor(zv, {call.n, call.k});
     Generator g(++seed);
     std::vector<int64_t> l(static_cast<size_t>(call.n));
     for (int64_t& v : l) v = static_cast<int64_t>(g.below(static_cast<uint64_t>(call.k)));
     if (call.n > 7) {
       l[5] = call.k;  // outside the classes: counts as wrong
       l[6] = -3;
+      // A NaN logit (the label's, or another's) makes the row wrong, however the others compare.
+      zv[static_cast<size_t>(3 * call.k + l[3])] = std::numeric_limits<float>::quiet_NaN();
+      zv[static_cast<size_t>(4 * call.k + (l[4] + 1) % call.k)] = std::numeric_limits<float>::quiet_NaN();
     }
+    Tensor z = host_tensor(zv, {call.n, call.k});
     Tensor labels = labels_tensor(l);
     Tensor loss = Tensor::from_vector({call.loss}, Shape());
     accumulate_classification_stats(c.cpu, loss, call.scale, z, labels, stats);

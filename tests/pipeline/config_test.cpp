@@ -56,6 +56,14 @@ TEST(PipelineConfigYaml, WrongTypesAndValues) {
   EXPECT_NE(error_of("train: {}\n").find("no 'data' section"), std::string::npos);
 }
 
+TEST(PipelineConfigYaml, AZeroOrNegativeStdIsRefused) {
+  for (const char* std : {"[0, 0, 0]", "[0.5, -1, 0.5]", "[0.5, 0.5, .nan]"}) {
+    std::string msg = error_of(std::string("data:\n  files: x\n  image:\n    std: ") + std + "\n");
+    EXPECT_NE(msg.find("data.image.std (line 4): every value must be a positive number"), std::string::npos) << msg;
+  }
+  EXPECT_EQ(error_of("data:\n  files: x\n  image:\n    std: [0.25, 0.5, 1]\n"), "");
+}
+
 TEST(PipelineConfigYaml, GlobalBatchSplitsOverReplicas) {
   PipelineConfig c = parse_pipeline_config("data:\n  files: x\n  global_batch_size: 256\n");
   EXPECT_EQ(replica_batch_size(c, 4), 64);

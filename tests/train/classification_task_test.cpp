@@ -3,6 +3,8 @@
 // naming the config keys), top-k counting, and named tensors.
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "engine/core/error.h"
 #include "engine/train/classification_task.h"
 
@@ -70,6 +72,15 @@ TEST(ImageClassificationTask, TopKCountsTiesForTheLabel) {
   EXPECT_EQ(count_top_k(logits, labels, 1), 2);
   EXPECT_EQ(count_top_k(logits, labels, 2), 2);
   EXPECT_EQ(count_top_k(logits, labels, 3), 3);
+}
+
+TEST(ImageClassificationTask, ARowWithANaNIsNeverCorrect) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  // Row 0: every logit NaN (a model gone NaN); row 1: only the label's; row 2: another class's.
+  Tensor logits = Tensor::from_vector({nan, nan, nan, 0.1f, nan, 0.2f, 0.9f, 0.1f, nan}, {3, 3});
+  Tensor labels = Tensor::zeros({3}, DType::kI64);
+  labels.data<int64_t>()[1] = 1;
+  for (int k : {1, 3, 5}) EXPECT_EQ(count_top_k(logits, labels, k), 0) << "top-" << k;
 }
 
 TEST(Batch, SetReplacesByNameAndAtNamesWhatIsThere) {

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "engine/train/checkpoint/checkpoint.h"
+#include "engine/train/checkpoint/safetensors.h"
 #include "tests/train/trainer_fixture.h"
 
 namespace tandem::train {
@@ -82,6 +83,38 @@ TEST_F(TrainerTest, ResumeMidEpochEndsWithBitwiseTheSameWeights) {
   EXPECT_EQ(resumed.weights, straight.weights);
 }
 
+// checkpoint.resume: PATH loads exactly that directory: into a fresh checkpoint folder, and into one
+// that holds another run's checkpoint of the same step (which used to load instead, silently).
+TEST_F(TrainerTest, ResumeFromAPathLoadsThatCheckpointNotTheRunsOwnOfTheSameStep) {
+  TrainConfig c = base_config(dir_);
+  c.deterministic = true;
+  c.loop.epochs = 3;
+  auto source = [&](int r) { return std::make_unique<SliceSource>(data_, r, 1, 8); };
+  TrainedRun straight = train(c, 1, source);
+
+  TrainConfig first = c;
+  first.loop.steps = 13;
+  first.checkpoint.every_steps = 13;
+  first.checkpoint.dir = (dir_ / "first").string();
+  train(first, 1, source);
+  TrainConfig other = first;  // another run with a step-13 checkpoint of its own
+  other.seed = 77;
+  other.optimizer.lr = 0.05f;
+  other.checkpoint.dir = (dir_ / "other").string();
+  train(other, 1, source);
+  const std::string path = (std::filesystem::path(first.checkpoint.dir) / "step-00000013").string();
+  ASSERT_TRUE(std::filesystem::is_directory(path));
+
+  for (const char* into : {"fresh", "other"}) {
+    TrainConfig second = c;
+    second.checkpoint.dir = (dir_ / into).string();
+    second.checkpoint.resume = path;
+    TrainedRun resumed = train(second, 1, source);
+    EXPECT_EQ(resumed.summary.steps, straight.summary.steps) << into;
+    EXPECT_EQ(resumed.weights, straight.weights) << into;
+  }
+}
+
 TEST_F(TrainerTest, ResumeWithAnotherReplicaCountContinuesFromTheSameGlobalPosition) {
   // SliceSource gives R replicas the slices of the same global batches, so a run that changes
   // its replica count mid-epoch must still follow the one-replica run, to the 1e-5 of above.
@@ -115,6 +148,34 @@ TEST_F(TrainerTest, PerReplicaBatchNormStatisticsDoNotFailTheChecksum) {
   c.distribute.checksum_every_steps = 1;
   TrainedRun run = train(c, 2, [&](int r) { return std::make_unique<SliceSource>(data_, r, 2, 4); });
   EXPECT_EQ(run.summary.steps, 8);
+}
+
+// Each replica's own BatchNorm statistics are saved and come back to it: an evaluation after a
+// resume equals the uninterrupted run's (replica 1 used to restart from replica 0's statistics).
+TEST_F(TrainerTest, PerReplicaBatchNormStatisticsSurviveAResume) {
+  TrainConfig c = base_config(dir_);
+  c.model.name = "small_cnn";
+  c.deterministic = true;
+  c.loop.epochs = 2;
+  auto source = [&](int r) { return std::make_unique<SliceSource>(data_, r, 2, 4); };
+  auto eval = [&] {
+    std::vector<std::unique_ptr<BatchSource>> e;
+    for (int r = 0; r < 2; ++r) e.push_back(std::make_unique<SliceSource>(data_, r, 2, 4));
+    return e;
+  };
+  TrainedRun straight = train(c, 2, source, eval());
+
+  TrainConfig first = c;
+  first.loop.steps = 5;
+  first.checkpoint.every_steps = 5;
+  train(first, 2, source, eval());
+  TrainConfig second = c;
+  second.checkpoint.resume = "auto";
+  TrainedRun resumed = train(second, 2, source, eval());
+  EXPECT_EQ(resumed.weights, straight.weights);
+  for (const char* metric : {"eval_loss", "eval_top1"}) {
+    EXPECT_EQ(resumed.summary.final_metrics.at(metric), straight.summary.final_metrics.at(metric)) << metric;
+  }
 }
 
 TEST_F(TrainerTest, SyncBatchNormTwoReplicasTrainAsOne) {
@@ -275,6 +336,50 @@ TEST_F(TrainerTest, TheRunsLastStepIsSavedWhateverTheCheckpointInterval) {
   auto latest = CheckpointManager(c.checkpoint.dir, 0).latest();
   ASSERT_TRUE(latest.has_value());
   EXPECT_EQ(latest->filename().string(), "step-00000008") << "steps 6 to 8 were trained and must be saved";
+}
+
+// A run gone NaN stops with an error naming the steps, and no checkpoint holds its weights: the
+// steps since the last log line are checked before each save.
+TEST_F(TrainerTest, ANaNLossStopsTheRunBeforeACheckpointSavesIt) {
+  TrainConfig c = base_config(dir_);
+  c.optimizer.lr = 1e10f;
+  c.loop.log_every_steps = 1000;  // no log line: only the check before each save sees the loss
+  c.checkpoint.every_steps = 1;
+  c.checkpoint.keep_last = 100;
+  auto source = [&](int r) { return std::make_unique<SliceSource>(data_, r, 1, 8); };
+  try {
+    train(c, 1, source);
+    FAIL() << "a run with lr 1e10 trained to its end";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kFailedPrecondition);
+    const std::string what = e.what();
+    EXPECT_NE(what.find("the training loss is"), std::string::npos) << what;
+    EXPECT_NE(what.find("train.on_nan_loss: warn"), std::string::npos) << what;
+  }
+  const auto saved = CheckpointManager(c.checkpoint.dir, 0).complete_checkpoints();
+  for (const auto& path : saved) {
+    for (const auto& [name, t] : read_safetensors(path / CheckpointManager::kModelFile).tensors) {
+      for (float v : t.to_vector()) ASSERT_TRUE(std::isfinite(v)) << path << " " << name;
+    }
+  }
+
+  // train.on_nan_loss: warn trains to the end, and the summary says what the loss was.
+  c.loop.on_nan_loss = "warn";
+  c.loop.log_every_steps = 4;
+  c.checkpoint.dir = (dir_ / "warn").string();
+  TrainedRun run = train(c, 1, source);
+  EXPECT_EQ(run.summary.steps, 16);
+  EXPECT_FALSE(std::isfinite(run.summary.final_metrics.at("train_loss")));
+}
+
+// A metric never measured is absent, not 0: a run shorter than one log interval has no train loss.
+TEST_F(TrainerTest, ARunShorterThanTheLogIntervalReportsNoTrainLoss) {
+  TrainConfig c = base_config(dir_);
+  c.loop.steps = 3;
+  c.loop.log_every_steps = 50;
+  TrainedRun run = train(c, 1, [&](int r) { return std::make_unique<SliceSource>(data_, r, 1, 8); });
+  EXPECT_EQ(run.summary.steps, 3);
+  EXPECT_EQ(run.summary.final_metrics.count("train_loss"), 0u);
 }
 
 class ThrowingEvalSource : public SliceSource {

@@ -22,7 +22,9 @@
 # Environment: GPU_CHECK_R50_STEPS (20), GPU_CHECK_R50_WARMUP (5), GPU_CHECK_CTEST_JOBS (8),
 #   GPU_CHECK_CUDA_FROM (pip: the pip nvidia packages first; toolkit: /usr/local/cuda first),
 #   GPU_CHECK_SANITIZE_ALL=1 (memcheck every kernel, cuDNN's and cuBLAS's too: much slower),
-#   GPU_CHECK_SANITIZE_TESTS (test_cuda_gpu), GPU_CHECK_SANITIZE_FILTER (gtest filter, -Nccl*),
+#   GPU_CHECK_SANITIZE_TESTS (test_cuda_gpu), GPU_CHECK_SANITIZE_GROUPS (gtest filters, one sanitizer
+#   run each, space-separated; NCCL's tests are in none), GPU_CHECK_RERUN_BLOCKING=0 (no rerun of the
+#   failed gpu tests with CUDA_LAUNCH_BLOCKING=1 and CUDA_MODULE_LOADING=EAGER),
 #   GPU_CHECK_WORK (scratch folder, default /tmp/tandem-gpu-check), GPU_CHECK_IGNORE_NO_GPU=1 (run
 #   the GPU steps even without a GPU, to test their wiring: they fail or skip quickly).
 # Exit 0: every step passed; 1: something needs attention (the reports say what); 2: no GPU here
@@ -64,7 +66,17 @@ step_gpu_tests() {
     echo "runner: ctest ($n tests labelled gpu, $ctest_jobs at a time, all stopped by $stop)"
     ctest --test-dir "$pk" -L gpu -j "$ctest_jobs" --timeout 120 --stop-time "$stop" --output-on-failure \
       --no-tests=error --output-junit "$logs/ctest_junit.xml"
-    return
+    local rc=$?
+    # A kernel fault surfaces at the next checked call, which may name the wrong one: the failed tests
+    # again with every launch synchronous and every module loaded at start name the right call.
+    if ((rc != 0)) && [[ ${GPU_CHECK_RERUN_BLOCKING:-1} == 1 ]] && ((step_deadline - $(date +%s) > 20)); then
+      stop=$(date -d "@$((step_deadline - 5))" +%H:%M:%S)
+      echo "rerun of the failed tests with CUDA_LAUNCH_BLOCKING=1 CUDA_MODULE_LOADING=EAGER: logs/gpu_tests_blocking.log"
+      CUDA_LAUNCH_BLOCKING=1 CUDA_MODULE_LOADING=EAGER ctest --test-dir "$pk" --rerun-failed -j "$ctest_jobs" \
+        --timeout 60 --stop-time "$stop" --output-on-failure >"$logs/gpu_tests_blocking.log" 2>&1
+      grep -E "tests passed|^\s*[0-9]+ - " "$logs/gpu_tests_blocking.log" | head -40
+    fi
+    return $rc
   fi
   echo "runner: gtest (ctest $(command -v ctest >/dev/null && echo "lists $n gpu tests here, or has no --output-junit" || echo "is not installed"))"
   local rc=0 bin
@@ -107,25 +119,35 @@ step_sanitizer() {
   if [[ ${GPU_CHECK_SANITIZE_ALL:-0} != 1 ]] && "$cs" --help 2>&1 | grep -c -- '--kernel-name ' >/dev/null; then
     filter=(--kernel-name kns=tandem)
   fi
-  local rc=0 name
+  # The kernel tests run in groups, one sanitizer process each, so that a group cut off by the
+  # step's limit still leaves the earlier groups' summaries (a single run reports only at its end).
+  # NCCL's collectives (proxy threads, host-mapped memory) are slow under memcheck and not our kernels.
+  local groups=${GPU_CHECK_SANITIZE_GROUPS:-"CudaElementwise*:CudaSum*:CudaDropout*:CudaSoftmax*:CudaClassification* *Pool*:BatchNorm*:OptimizerGpu*:MatmulGpu*:LinearGpu* CudaConv*:CudaDevice*"}
+  # Failed API calls made inside cuDNN and cuBLAS (their own probing) are not faults: only invalid
+  # accesses in our kernels count.
+  local base=("$cs" --tool memcheck --report-api-errors no --error-exitcode 99 --print-limit 30)
+  local rc=0 name group g
   for name in ${GPU_CHECK_SANITIZE_TESTS:-test_cuda_gpu}; do
     [[ -x $pk/tests/$name ]] || { echo "$name is not in the pack"; rc=3; continue; }
-    local log=$logs/sanitizer_$name.log
-    # NCCL's collectives (proxy threads, host-mapped memory) are slow under memcheck and not our kernels.
-    local tests=(--gtest_brief=1 --gtest_filter="${GPU_CHECK_SANITIZE_FILTER:--Nccl*}"
-                 --gtest_output="json:$logs/sanitizer_$name.json")
-    local cmd=("$cs" --tool memcheck --error-exitcode 99 --print-limit 30 "${filter[@]}" "$pk/tests/$name" "${tests[@]}")
-    echo "${cmd[*]}"
-    "${cmd[@]}" >"$log" 2>&1
-    local r=$?
-    if ((r != 0 && ${#filter[@]} > 0)) && ! grep -q "ERROR SUMMARY" "$log"; then
-      echo "the kernel filter was refused; again without it"
-      cmd=("$cs" --tool memcheck --error-exitcode 99 --print-limit 30 "$pk/tests/$name" "${tests[@]}")
+    g=0
+    for group in $groups; do
+      g=$((g + 1))
+      local log=$logs/sanitizer_${name}_g$g.log
+      local tests=(--gtest_brief=1 --gtest_filter="$group" --gtest_output="json:$logs/sanitizer_${name}_g$g.json")
+      local cmd=("${base[@]}" "${filter[@]}" "$pk/tests/$name" "${tests[@]}")
+      echo "${cmd[*]}"
       "${cmd[@]}" >"$log" 2>&1
-      r=$?
-    fi
-    grep -m 40 -E "ERROR SUMMARY|Invalid|FAILED|PASSED" "$log"
-    ((r == 0)) || rc=$r
+      local r=$?
+      if ((r != 0 && ${#filter[@]} > 0)) && ! grep -q "ERROR SUMMARY" "$log"; then
+        echo "the kernel filter was refused; again without it"
+        filter=()
+        cmd=("${base[@]}" "$pk/tests/$name" "${tests[@]}")
+        "${cmd[@]}" >"$log" 2>&1
+        r=$?
+      fi
+      grep -m 40 -E "ERROR SUMMARY|Invalid|FAILED|PASSED" "$log"
+      ((r == 0)) || rc=$r
+    done
   done
   return $rc
 }
@@ -462,6 +484,14 @@ declare -A cap=([nvidia_smi]=20 [doctor]=40 [gpu_tests]=120 [resnet20]=100 [r50_
 declare -A floor=([nvidia_smi]=5 [doctor]=10 [gpu_tests]=40 [resnet20]=40 [r50_tandem_fp32]=30 [r50_tandem_tf32]=30
                   [r50_tandem_bf16]=30 [r50_pytorch]=60 [sanitizer]=0)
 
+# A budget below the minimums' sum shrinks every minimum alike, so the first steps are not the ones
+# left out.
+floor_sum=0
+for s in "${order[@]}"; do floor_sum=$((floor_sum + floor[$s])); done
+if ((floor_sum > budget - report_reserve - 15)); then
+  for s in "${order[@]}"; do floor[$s]=$((floor[$s] * (budget - report_reserve - 15) / floor_sum)); done
+fi
+
 record() {  # name status rc seconds limit start end note
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >>"$steps_tsv"
 }
@@ -505,10 +535,12 @@ run_step() {  # name [args for step_<function>]; the function is the name up to 
   record "$name" "$status" "$rc" "$secs" "$limit" "$start" "$end" ""
   say "$name: $status (exit $rc) in ${secs}s; log $name.log"
   [[ $status == ok ]] || tail -5 "$logs/$name.log" | sed 's/^/    /'
+  write_reports ran partial >/dev/null 2>&1
 }
 
-write_reports() {  # status-hint (no_gpu / not_packed / ran)
-  [[ -n ${sampler:-} ]] && kill "$sampler" 2>/dev/null
+write_reports() {  # status-hint (no_gpu / not_packed / ran) [partial]
+  local partial=${2:-}
+  [[ -z $partial && -n ${sampler:-} ]] && kill "$sampler" 2>/dev/null
   GPU_CHECK_HINT=$1 GPU_CHECK_WALL=$(($(date +%s) - t0)) GPU_CHECK_BUDGET=$budget GPU_CHECK_OUT=$out_dir \
     GPU_CHECK_REASON=${no_gpu_reason:-} python3 - <<<"$report_py"
   local rc=$?
@@ -517,7 +549,9 @@ write_reports() {  # status-hint (no_gpu / not_packed / ran)
   cp "$work/runs/resnet20/metrics.csv" "$logs/resnet20_metrics.csv" 2>/dev/null
   cp "$pk/MANIFEST" "$logs/MANIFEST" 2>/dev/null
   find "$logs" -type f -size +4M -exec sh -c 'tail -c 4M "$1" >"$1.tail" && mv "$1.tail" "$1"' _ {} \;
-  tar -C "$work" -czf "$out_dir/gpu_check_logs.tar.gz" logs
+  tar -C "$work" -czf "$out_dir/gpu_check_logs.tar.gz.tmp" logs && mv "$out_dir/gpu_check_logs.tar.gz.tmp" "$out_dir/gpu_check_logs.tar.gz"
+  # After each step the reports are rewritten, so a call cut off at its limit still brings them back.
+  [[ -n $partial ]] && return $rc
   cat "$out_dir/gpu_check.md" 2>/dev/null
   say "reports in $out_dir: gpu_check.json, gpu_check.md, gpu_check_logs.tar.gz"
   return $rc

@@ -37,7 +37,7 @@ void accumulate_classification_stats(Ctx&, const Tensor& loss, float loss_scale,
     const float* row = z + i * k;
     const float target = row[l[i]];
     bool beaten = false;
-    for (int64_t j = 0; j < k && !beaten; ++j) beaten = row[j] > target;
+    for (int64_t j = 0; j < k && !beaten; ++j) beaten = loss_math::logit_beats(row[j], target);
     correct += beaten ? 0 : 1;
   }
   float* s = stats.data<float>();

@@ -284,6 +284,18 @@ size_t timing_budget(cudnnHandle_t h, const ConvProblem& problem, const ConvPlan
   return budget;
 }
 
+// NHWC activations take an NHWC (KRSC) filter: the tensor-core NHWC kernels of Volta and later want
+// it, and beside a KCRS filter cuDNN offers only mixed-layout kernels (ResNet-50 training on an H200
+// ran 5 to 14 times slower than PyTorch that way, 2026-12-04). Our weights stay KCRS: the call stages
+// a KRSC copy, one pass over the weights, small beside the activations.
+FilterLayout preferred_filter_layout(MemoryFormat format) {
+  return format == MemoryFormat::kChannelsLast ? FilterLayout::kKrsc : FilterLayout::kKcrs;
+}
+
+FilterLayout other_layout(FilterLayout layout) {
+  return layout == FilterLayout::kKrsc ? FilterLayout::kKcrs : FilterLayout::kKrsc;
+}
+
 [[noreturn]] void throw_no_algorithm(const ConvProblem& problem, std::string_view source, size_t limit,
                                      const std::string& candidates) {
   throw_error(ErrorCode::kUnimplemented,
@@ -303,21 +315,24 @@ std::unique_ptr<ConvPlan> create_plan(CudaContext& cc, const ConvProblem& proble
   set_tensor(plan->y_f32, problem.y, problem.format, DType::kF32, problem);
   set_tensor(plan->bias, Shape{1, problem.w[0], 1, 1}, MemoryFormat::kContiguous, DType::kF32, problem);
   set_convolution(*plan, problem);
-  set_filter(*plan, problem, FilterLayout::kKcrs);
+  const FilterLayout first = preferred_filter_layout(problem.format);
+  set_filter(*plan, problem, first);
   cudnnHandle_t h = cc.cudnn();
   std::vector<Candidate> candidates = heuristic_candidates(h, problem, *plan);
   order(candidates, problem);
-  std::string report = "KCRS filter: " + describe(problem.op, candidates);
+  std::string report = fmt::format("{} filter: {}", filter_layout_name(first), describe(problem.op, candidates));
   if (!any_usable(candidates, problem) && problem.format == MemoryFormat::kChannelsLast) {
-    set_filter(*plan, problem, FilterLayout::kKrsc);
+    set_filter(*plan, problem, other_layout(first));
+    plan->switched_filter_layout = true;
     candidates = heuristic_candidates(h, problem, *plan);
     order(candidates, problem);
-    report += " | KRSC filter: " + describe(problem.op, candidates);
+    report += fmt::format(" | {} filter: {}", filter_layout_name(plan->filter_layout), describe(problem.op, candidates));
   }
   if (problem.options.cudnn_benchmark) {
     plan->workspace_bytes = timing_budget(h, problem, *plan, candidates);
     if (any_usable(candidates, problem)) return plan;
   } else if (apply_first(h, problem, *plan, candidates, kMaxConvWorkspaceBytes)) {
+    spdlog::debug("{}: {} (heuristics)", problem, *plan);
     return plan;
   }
   throw_no_algorithm(problem, "cuDNN's heuristics (cudnnGet*Algorithm_v7)", kMaxConvWorkspaceBytes, report);
@@ -339,14 +354,29 @@ bool fall_back(CudaContext& cc, const ConvProblem& problem, ConvPlan& plan, cudn
     // The search may list an algorithm once per math type; one that would run as a dropped run did
     // (same algorithm, same applied math) would fail the same way.
     std::pair<int, cudnnMathType_t> run{next.algo, applied_math(problem.options.precision, next)};
-    if (std::find(plan.dropped.begin(), plan.dropped.end(), run) != plan.dropped.end()) continue;
+    auto same_layout = plan.dropped.begin() + static_cast<std::ptrdiff_t>(plan.dropped_before_switch);
+    if (std::find(same_layout, plan.dropped.end(), run) != plan.dropped.end()) continue;
     if (!try_apply(h, problem, plan, next, kMaxConvWorkspaceBytes)) continue;
     spdlog::warn("{}: algorithm {} failed at execution ({}); dropped for good, trying {}", problem, failed,
                  cudnnGetErrorString(status), fmt::format("{}", plan));
     return true;
   }
-  return false;
+  // Every candidate of this filter layout failed: NHWC activations can still run with the other one.
+  if (problem.format != MemoryFormat::kChannelsLast || plan.switched_filter_layout) return false;
+  const FilterLayout was = plan.filter_layout;
+  set_filter(plan, problem, other_layout(was));
+  plan.switched_filter_layout = true;
+  plan.dropped_before_switch = plan.dropped.size();
+  std::vector<Candidate> candidates = heuristic_candidates(h, problem, plan);
+  order(candidates, problem);
+  if (!apply_first(h, problem, plan, candidates, kMaxConvWorkspaceBytes)) return false;
+  spdlog::warn("{}: every algorithm failed at execution with a {} filter (last: {}, {}); trying a {} filter: {}",
+               problem, filter_layout_name(was), failed, cudnnGetErrorString(status),
+               filter_layout_name(plan.filter_layout), fmt::format("{}", plan));
+  return true;
 }
+
+std::string_view filter_layout_name(FilterLayout layout) { return layout == FilterLayout::kKrsc ? "KRSC" : "KCRS"; }
 
 std::string conv_algos_dropped(const ConvPlan& plan) {
   if (plan.dropped.empty()) return "";
@@ -421,7 +451,10 @@ void find_algorithm(CudaContext& cc, const ConvProblem& problem, ConvPlan& plan,
   size_t budget = plan.workspace_bytes;
   std::vector<Candidate> timed = timed_candidates(h, problem, plan, buffers, workspace, budget);
   order(timed, problem);
-  if (apply_first(h, problem, plan, timed, budget)) return;
+  if (apply_first(h, problem, plan, timed, budget)) {
+    spdlog::debug("{}: {} (timed: {})", problem, plan, describe(problem.op, timed));
+    return;
+  }
   throw_no_algorithm(problem, "cudnnFind*AlgorithmEx (cudnn_benchmark)", budget, describe(problem.op, timed));
 }
 
@@ -447,8 +480,7 @@ fmt::format_context::iterator fmt::formatter<tandem::backend::cuda::ConvProblem>
 
 fmt::format_context::iterator fmt::formatter<tandem::backend::cuda::ConvPlan>::format(
     const tandem::backend::cuda::ConvPlan& p, fmt::format_context& ctx) const {
-  using tandem::backend::cuda::FilterLayout;
-  std::string_view layout = p.filter_layout == FilterLayout::kKrsc ? "KRSC" : "KCRS";
+  std::string_view layout = tandem::backend::cuda::filter_layout_name(p.filter_layout);
   std::string_view type = tandem::dtype_name(p.compute_type);
   if (!p.chosen) {
     return fmt::format_to(ctx.out(), "algo=(not timed yet) workspace budget={} bytes filter={} compute={}",

@@ -14,11 +14,10 @@
 // reports with a candidate; those reported with FMA are preferred), tf32 and bf16 run a candidate
 // with the math type the search reported it with (cuDNN's advice), never ALLOW_CONVERSION.
 //
-// Filters: our weights are KCRS, also beside NHWC activations (cuDNN's NHWC tensor-core kernels
-// prefer an NHWC filter, but the weights are parameters and stay in one layout; cuDNN then picks
-// among the algorithms that take the mixed layouts). Only when the heuristics report no usable
-// algorithm for NHWC activations with a KCRS filter does the plan fall back to an NHWC (KRSC)
-// filter, which the kernel stages as a converted copy.
+// Filters: our weights are KCRS. Beside NHWC activations cuDNN gets an NHWC (KRSC) filter, which
+// the kernel stages as a converted copy each call: its NHWC tensor-core kernels want that layout, and
+// with a KCRS filter it offers only slow mixed-layout ones. When no algorithm can run with KRSC (the
+// heuristics offer none, or every one fails at execution), the plan tries KCRS, once.
 #pragma once
 
 #include <cudnn.h>
@@ -86,6 +85,8 @@ struct ConvPlan {
   std::vector<ConvCandidate> fallbacks;
   // (algorithm, math type) of the runs that failed at execution, in the order tried.
   std::vector<std::pair<int, cudnnMathType_t>> dropped;
+  bool switched_filter_layout = false;  // the preferred layout had nothing that ran: the other one
+  size_t dropped_before_switch = 0;     // dropped's entries of the first layout
 
   // After a successful execution: the algorithm stays for good (no allocation in the steady state).
   void keep_algorithm() {
@@ -130,6 +131,9 @@ bool fall_back(tandem::cuda::CudaContext& cc, const ConvProblem& problem, ConvPl
 
 // "" if nothing was dropped, else "; dropped after failing at execution: FFT (math FMA), GEMM (math FMA)".
 std::string conv_algos_dropped(const ConvPlan& plan);
+
+// "KRSC" or "KCRS".
+std::string_view filter_layout_name(FilterLayout layout);
 
 // "IMPLICIT_PRECOMP_GEMM", "ALGO_1", ... for the op's algorithm enum.
 std::string_view conv_algo_name(ConvOp op, int algo);

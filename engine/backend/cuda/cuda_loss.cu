@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(kStatsThreads) classification_stats_kernel(con
     const float* z = logits + row * k;
     const float target = z[label];
     bool beaten = false;
-    for (int64_t j = lane; j < k && !beaten; j += kWarpSize) beaten = z[j] > target;
+    for (int64_t j = lane; j < k && !beaten; j += kWarpSize) beaten = lm::logit_beats(z[j], target);
     correct += __any_sync(kFullWarp, beaten) ? 0 : 1;
   }
   correct = tandem::cuda::block_sum(lane == 0 ? correct : 0ull, scratch);

@@ -65,7 +65,7 @@ void CheckpointManager::stage_done(std::string_view stage) const {
 }
 
 std::filesystem::path CheckpointManager::save(nn::Module& model, const optim::Optimizer& optimizer,
-                                              const CheckpointMeta& meta) {
+                                              const CheckpointMeta& meta, const TensorMap& replica_buffers) {
   TANDEM_CHECK(meta.step >= 0, ErrorCode::kInvalidArgument, "checkpoint step must not be negative, got {}",
                meta.step);
   auto start = std::chrono::steady_clock::now();
@@ -81,6 +81,7 @@ std::filesystem::path CheckpointManager::save(nn::Module& model, const optim::Op
     write_safetensors(tmp / kOptimizerFile, optimizer_state,
                       {{"format", "pt"}, {"optimizer", optimizer.options().name}});
     stage_done("optimizer");
+    if (!replica_buffers.empty()) write_safetensors(tmp / kReplicaBuffersFile, replica_buffers, {{"format", "pt"}});
 
     CheckpointMeta full = meta;
     full.optimizer = optimizer.options().name;
@@ -91,6 +92,9 @@ std::filesystem::path CheckpointManager::save(nn::Module& model, const optim::Op
     nlohmann::json j = meta_to_json(full);
     j["files"] = {{kModelFile, file_record(tmp / kModelFile, model_state.size())},
                   {kOptimizerFile, file_record(tmp / kOptimizerFile, optimizer_state.size())}};
+    if (!replica_buffers.empty()) {
+      j["files"][std::string(kReplicaBuffersFile)] = file_record(tmp / kReplicaBuffersFile, replica_buffers.size());
+    }
     write_text_file(tmp / kMetaFile, j.dump(2) + "\n");
     stage_done("meta");
     posix::sync_directory(tmp);

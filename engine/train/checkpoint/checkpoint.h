@@ -14,6 +14,7 @@
 #include "engine/nn/module.h"
 #include "engine/optim/optimizer.h"
 #include "engine/train/checkpoint/meta.h"
+#include "engine/train/checkpoint/safetensors.h"
 
 namespace tandem::train {
 
@@ -33,6 +34,9 @@ class CheckpointManager {
   static constexpr std::string_view kModelFile = "model.safetensors";
   static constexpr std::string_view kOptimizerFile = "optimizer.safetensors";
   static constexpr std::string_view kMetaFile = "meta.json";
+  // The running statistics of replicas 1..R-1 when they differ from replica 0's (per-replica
+  // BatchNorm), as "replica<r>.<buffer name>"; replica 0's are in the model file.
+  static constexpr std::string_view kReplicaBuffersFile = "replica_buffers.safetensors";
 
   // Creates dir if needed and removes temporaries a crashed save left there. One manager (one
   // process) writes a directory at a time.
@@ -46,7 +50,9 @@ class CheckpointManager {
   // time fields are filled here) to a temporary sibling, fsyncs it all and renames it into place;
   // a checkpoint of the same step is replaced in one atomic exchange. Then prunes to keep_last.
   // On failure throws, removes the temporary and leaves every earlier checkpoint as it was.
-  std::filesystem::path save(nn::Module& model, const optim::Optimizer& optimizer, const CheckpointMeta& meta);
+  // replica_buffers, when not empty, go to kReplicaBuffersFile in the same atomic save.
+  std::filesystem::path save(nn::Module& model, const optim::Optimizer& optimizer, const CheckpointMeta& meta,
+                             const TensorMap& replica_buffers = {});
 
   // The newest complete checkpoint; damaged ones are skipped with a warning naming them.
   std::optional<std::filesystem::path> latest() const;
@@ -57,6 +63,9 @@ class CheckpointManager {
   // steps taken, lr) from a checkpoint directory; returns its metadata. Errors name the file and tensor.
   static CheckpointMeta load(const std::filesystem::path& checkpoint, nn::Module& model,
                              optim::Optimizer* optimizer);
+  // Replica `replica`'s own buffers (see kReplicaBuffersFile) into model, after load; false when
+  // the checkpoint holds none for it (replica 0, identical statistics, or fewer replicas saved).
+  static bool load_replica_buffers(const std::filesystem::path& checkpoint, int replica, nn::Module& model);
 
  private:
   struct Entry {

@@ -53,6 +53,17 @@ void with_source(const std::filesystem::path& file, F&& f) {
   }
 }
 
+// The tensor files a checkpoint's meta.json lists: the model's and the optimizer's always, the
+// replicas' buffers when saved.
+std::vector<std::string_view> tensor_files(const nlohmann::json& meta) {
+  std::vector<std::string_view> files{CheckpointManager::kModelFile, CheckpointManager::kOptimizerFile};
+  auto listed = meta.find("files");
+  if (listed != meta.end() && listed->is_object() && listed->contains(CheckpointManager::kReplicaBuffersFile)) {
+    files.push_back(CheckpointManager::kReplicaBuffersFile);
+  }
+  return files;
+}
+
 // A folder of step-* checkpoints (RUN/checkpoints) given where one checkpoint is expected.
 void reject_checkpoint_folder(const std::filesystem::path& path) {
   if (fs::exists(path / CheckpointManager::kMetaFile)) return;
@@ -124,7 +135,7 @@ CheckpointMeta validate_checkpoint(const std::filesystem::path& checkpoint) {
   TANDEM_CHECK(!parse_step_directory_name(name) || name == expected, ErrorCode::kDataLoss,
                "checkpoint '{}': meta.json says step {}, which belongs in {}", checkpoint.string(), meta.step,
                expected);
-  for (std::string_view file : {CheckpointManager::kModelFile, CheckpointManager::kOptimizerFile}) {
+  for (std::string_view file : tensor_files(j)) {
     SafetensorsHeader header = read_safetensors_header(checkpoint / file);
     check_file_record(meta_path, j, file, header);
   }
@@ -132,7 +143,7 @@ CheckpointMeta validate_checkpoint(const std::filesystem::path& checkpoint) {
 }
 
 void verify_checkpoint_data(const std::filesystem::path& checkpoint) {
-  for (std::string_view file : {CheckpointManager::kModelFile, CheckpointManager::kOptimizerFile}) {
+  for (std::string_view file : tensor_files(read_meta_json(checkpoint / CheckpointManager::kMetaFile))) {
     read_safetensors(checkpoint / file);  // throws DataLoss at the first tensor whose checksum fails
   }
 }
@@ -154,6 +165,27 @@ CheckpointMeta CheckpointManager::load(const std::filesystem::path& checkpoint, 
   if (optimizer != nullptr) load_optimizer(checkpoint, meta, *optimizer);
   spdlog::info("checkpoint: loaded {} (step {}, epoch {})", checkpoint.string(), meta.step, meta.epoch);
   return meta;
+}
+
+bool CheckpointManager::load_replica_buffers(const std::filesystem::path& checkpoint, int replica,
+                                             nn::Module& model) {
+  const std::filesystem::path file = checkpoint / kReplicaBuffersFile;
+  if (replica == 0 || !fs::exists(file)) return false;
+  SafetensorsFile saved = read_safetensors(file);
+  const std::string prefix = fmt::format("replica{}.", replica);
+  int found = 0;
+  with_source(file, [&] {
+    for (auto& [name, buffer] : model.named_buffers()) {
+      auto it = saved.tensors.find(prefix + name);
+      if (it == saved.tensors.end()) continue;
+      TANDEM_CHECK(it->second.shape() == buffer->shape() && it->second.dtype() == buffer->dtype(),
+                   ErrorCode::kDataLoss, "{} is {}, but the model's buffer is {}", it->first,
+                   it->second.describe(), buffer->describe());
+      buffer->copy_from(it->second);
+      ++found;
+    }
+  });
+  return found > 0;
 }
 
 std::optional<std::filesystem::path> resolve_resume(std::string_view resume, const CheckpointManager& manager) {
