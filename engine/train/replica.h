@@ -16,6 +16,7 @@
 #include "engine/distribute/gradient_bucketer.h"
 #include "engine/distribute/nccl_communicator.h"
 #include "engine/distribute/process_link.h"
+#include "engine/distribute/solo_communicator.h"
 #include "engine/optim/optimizer.h"
 #include "engine/optim/schedule.h"
 #include "engine/train/checkpoint/checkpoint.h"
@@ -36,6 +37,8 @@ struct Trainer::Shared {
   std::unique_ptr<distribute::CpuCommunicatorGroup> group;
   // NCCL among GPU replicas: gradients, the weights' broadcast, checksums, evaluation sums.
   std::unique_ptr<distribute::NcclCommunicatorGroup> device_group;
+  // A run of one replica (on any device) has no group: its collectives are the identity.
+  std::unique_ptr<distribute::SoloCommunicator> solo;
   // What nvidia-smi would show for the replicas' GPUs, sampled by replica 0 at each log line; null
   // on CPU replicas or without NVML (the log said why once).
   std::unique_ptr<backend::GpuMonitor> gpu_monitor;
@@ -56,7 +59,8 @@ struct Trainer::Shared {
   int64_t total_steps() const;
   void record_error(std::exception_ptr error, bool is_abort);
   void abort(const std::string& reason) noexcept;
-  // The communicator of a replica's device tensors: NCCL on GPUs, the host group on the CPU.
+  // The communicator of a replica's device tensors: NCCL on GPUs, the host group on the CPU, the
+  // solo communicator when the run has one replica.
   distribute::Communicator& device_communicator(int rank);
   // Replica 0: calls f(callback) for each callback in order.
   template <typename F>

@@ -84,8 +84,10 @@ void ReplicaLoop::setup() {
     // broadcast, which gave every replica replica 0's), so evaluations match the run that saved.
     CheckpointManager::load_replica_buffers(shared_.resume_path, global_rank_, *model_);
   }
-  bucketer_ = std::make_unique<distribute::GradientBucketer>(*comm_, *ctx_, model_->named_parameters(),
-                                                             bucket_options(config_.distribute));
+  if (plan_.replicas() > 1) {  // one replica's gradients are already the step's: nothing to reduce
+    bucketer_ = std::make_unique<distribute::GradientBucketer>(*comm_, *ctx_, model_->named_parameters(),
+                                                               bucket_options(config_.distribute));
+  }
   timer_ = std::make_unique<StepTimer>(*ctx_);
   flag_ = Tensor::zeros({4}, DType::kF32);
   train_metrics_ = task_.train_metrics();
@@ -363,6 +365,12 @@ void ReplicaLoop::reduce_and_update() {
   // The timer measures how long the replica's stream (the host, on the CPU) waits for each bucket:
   // the all-reduce time that backward did not hide. The rest, up to the step's end, is the optimizer.
   auto on_wait = [this](bool begins) { begins ? timer_->wait_begins() : timer_->wait_ends(); };
+  if (!bucketer_) {
+    const double max_norm = config_.loop.clip_grad_norm;
+    if (max_norm > 0) optim::clip_grad_norm(*ctx_, model_->named_parameters(), max_norm);
+    optimizer_->step(*ctx_);
+    return;
+  }
   if (config_.loop.clip_grad_norm > 0) {
     // Clipping needs the norm of every gradient: wait for all buckets, then update.
     bucketer_->finish({}, on_wait);

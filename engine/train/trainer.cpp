@@ -22,6 +22,7 @@ int64_t Trainer::Shared::total_steps() const {
 }
 
 distribute::Communicator& Trainer::Shared::device_communicator(int rank) {
+  if (solo) return *solo;
   if (device_group) return device_group->communicator(rank);
   return group->communicator(rank);
 }
@@ -29,6 +30,7 @@ distribute::Communicator& Trainer::Shared::device_communicator(int rank) {
 void Trainer::Shared::abort(const std::string& reason) noexcept {
   group->abort(reason);
   if (device_group) device_group->abort(reason);
+  if (solo) solo->abort(reason);
   // The other processes see this one's connections close; the rendezvous tells them why.
   if (link) link->report_failure(reason);
 }
@@ -175,13 +177,16 @@ Trainer::Trainer(TrainerSetup setup) {
   distribute::CommunicatorOptions comm_options;
   comm_options.timeout = watchdog_timeout(c);
   connect_processes(s, comm_options);
-  if (!s.setup.plan.devices.front().is_cpu()) {
+  if (s.setup.plan.replicas() == 1) {
+    // One replica: no NCCL to set up (and fail), no gradient buckets to pack (ReplicaLoop).
+    s.solo = std::make_unique<distribute::SoloCommunicator>(s.setup.plan.devices.front());
+  } else if (!s.setup.plan.devices.front().is_cpu()) {
     s.device_group = s.link ? std::make_unique<distribute::NcclCommunicatorGroup>(cuda_indices(s.setup.plan),
                                                                                  comm_options, *s.link)
                             : std::make_unique<distribute::NcclCommunicatorGroup>(cuda_indices(s.setup.plan),
                                                                                  comm_options);
-    open_gpu_monitor(s);
   }
+  if (!s.setup.plan.devices.front().is_cpu()) open_gpu_monitor(s);
   int64_t total = s.total_steps();
   TANDEM_CHECK(total > 0 || c.schedule.name == "constant" || c.schedule.name == "step" ||
                    c.schedule.name == "multistep",

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -128,9 +129,16 @@ inline TrainedRun train(TrainConfig config, int replicas,
   TrainedRun run;
   run.summary = trainer.run();
   for (auto& [name, p] : built.front()->named_parameters()) run.weights[name] = p.value().to_vector();
-  // Every replica ends with bitwise the same parameters.
+  // Every replica ends with bitwise the same parameters (compared as bits: NaN weights too).
+  auto bits = [](const std::vector<float>& v) {
+    std::vector<uint32_t> out(v.size());
+    std::memcpy(out.data(), v.data(), v.size() * sizeof(float));
+    return out;
+  };
   for (auto& m : built) {
-    for (auto& [name, p] : m->named_parameters()) EXPECT_EQ(p.value().to_vector(), run.weights[name]) << name;
+    for (auto& [name, p] : m->named_parameters()) {
+      EXPECT_EQ(bits(p.value().to_vector()), bits(run.weights[name])) << name;
+    }
   }
   return run;
 }

@@ -36,6 +36,19 @@ TEST_F(TrainerTest, LearnsAndReportsTheRun) {
   EXPECT_EQ(run.summary.device, "cpu");
 }
 
+// One replica reduces nothing: no gradient buckets are packed or waited for (a single GPU makes
+// no NCCL communicator either), so the step's all-reduce time is exactly zero.
+TEST_F(TrainerTest, OneReplicaHasNoAllReduce) {
+  TrainConfig c = base_config(dir_);
+  c.loop.steps = 6;
+  c.loop.warmup_steps_for_timing = 0;
+  TrainedRun one = train(c, 1, [&](int r) { return std::make_unique<SliceSource>(data_, r, 1, 8); });
+  EXPECT_EQ(one.summary.breakdown.all_reduce, 0.0);
+  EXPECT_GT(one.summary.breakdown.backward, 0.0);
+  TrainedRun two = train(c, 2, [&](int r) { return std::make_unique<SliceSource>(data_, r, 2, 4); });
+  EXPECT_GT(two.summary.breakdown.all_reduce, 0.0) << "two replicas wait for their buckets";
+}
+
 TEST_F(TrainerTest, TwoAndFourReplicasMatchOneWithTheSameGlobalBatch) {
   TrainConfig c = base_config(dir_);
   c.loop.steps = 20;
@@ -168,8 +181,10 @@ TEST_F(TrainerTest, PerReplicaBatchNormStatisticsSurviveAResume) {
   TrainConfig first = c;
   first.loop.steps = 5;
   first.checkpoint.every_steps = 5;
+  first.checkpoint.dir = (dir_ / "resume").string();
   train(first, 2, source, eval());
   TrainConfig second = c;
+  second.checkpoint.dir = first.checkpoint.dir;
   second.checkpoint.resume = "auto";
   TrainedRun resumed = train(second, 2, source, eval());
   EXPECT_EQ(resumed.weights, straight.weights);

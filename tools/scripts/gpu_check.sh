@@ -97,7 +97,10 @@ step_resnet20() {
 
 step_r50_tandem() {  # precision
   [[ -x $pk/bench/gpu_train_bench ]] || { echo "gpu_train_bench is not in the pack (see MANIFEST)"; return 3; }
-  "$pk/bench/gpu_train_bench" --precision "$1" --batch 256 --steps "$r50_steps" --warmup "$r50_warmup" --json
+  # --profile: a few more steps with every kernel fenced, for the per-kernel split; the debug level
+  # logs each convolution's cuDNN algorithm.
+  SPDLOG_LEVEL=${GPU_CHECK_R50_LOG_LEVEL:-debug} "$pk/bench/gpu_train_bench" --precision "$1" --batch 256 \
+    --steps "$r50_steps" --warmup "$r50_warmup" --profile "${GPU_CHECK_R50_PROFILE_STEPS:-3}" --json
 }
 
 step_r50_pytorch() {
@@ -422,6 +425,13 @@ for p in ("fp32", "tf32", "bf16"):
               f"{num(r50['ratio_tandem_over_pytorch'][p], '{:.3f}')} | {num(sa.get('p50'))} / {num(sa.get('p95'))} | "
               f"{num(sb.get('p50'))} / {num(sb.get('p95'))} | {gib(a.get('peak_bytes_in_use'))} | "
               f"{gib(b.get('peak_bytes_allocated'))} |")
+for p in ("fp32", "tf32", "bf16"):
+    prof = r50["tandem"].get(p, {}).get("profile")
+    if prof:
+        top = sorted(prof.get("kernels_ms", {}).items(), key=lambda kv: -kv[1][0])[:8]
+        md.append(f"- Tandem {p}, per kernel ({prof['steps']} fenced steps of {prof['step_ms']:.1f} ms; outside "
+                  f"kernels {prof['outside_kernels_ms']:.1f} ms): "
+                  + ", ".join(f"{name} {ms:.1f} ms ({calls} calls)" for name, (ms, calls) in top))
 for p in ("fp32", "tf32", "bf16"):
     for who in ("tandem", "pytorch"):
         if "error" in r50[who].get(p, {}):

@@ -2,8 +2,11 @@
 # Prepares, on this machine (no GPU needed), what tools/scripts/gpu_check.sh runs on a lent GPU
 # machine, which has CUDA, cuDNN, cuBLAS, NCCL and PyTorch but none of our Debian libraries and no
 # network (docs/GPU_CHECK.md):
-#   1. configures a Release tree for sm_90 (H100/H200) in build-gpu/ and builds only what the check
-#      runs: libtandem_cuda.so, trainer, gpu_train_bench and every test_*_gpu executable;
+#   1. builds only what the check runs (libtandem_cuda.so, trainer, gpu_train_bench and every
+#      test_*_gpu executable) in the README test command's tree, build/, when it has the CUDA plugin,
+#      sm_90 (H100/H200) code, the tests and the benches (its default): an incremental build of the
+#      working tree, minutes after the test command. Otherwise it configures a Release tree for sm_90
+#      in build-gpu/ (about 20 minutes from scratch on 2 cores);
 #   2. makes the Fashion-MNIST TFRecords of the default run (configs/resnet.yaml's prepare step,
 #      through `trainer convert`) from Debian's dataset-fashion-mnist;
 #   3. stages the binaries in the build tree's layout (so the plugin loader finds the plugin next to
@@ -19,13 +22,23 @@
 #   --allow-missing  package even when some targets did not build (a dry run while kernels are
 #                    still being written); the manifest and gpu_check's report name what is missing
 #   --shards N       TFRecord shards per split (default 8: the 16-core GPU machine reads them in parallel)
-# Environment: GPU_PACK_BUILD_DIR (default build-gpu), NICE (default 10).
+# Environment: GPU_PACK_BUILD_DIR (default: build/ when it qualifies, else build-gpu), NICE (default 10).
 # Exit 0: archive written; 1: a needed target did not build, or the archive is too large.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
-build=${GPU_PACK_BUILD_DIR:-$root/build-gpu}
-stage=$build/gpu-pack            # build-gpu/ is git-ignored: the stage never travels by itself
+# The test command's tree serves when it was configured with what the check needs.
+test_tree_qualifies() {
+  local cache=$root/build/CMakeCache.txt
+  [[ -f $root/build/build.ninja && -f $cache ]] &&
+    grep -q '^TANDEM_WITH_CUDA:BOOL=ON' "$cache" && grep -q '^TANDEM_BUILD_TESTS:BOOL=ON' "$cache" &&
+    grep -q '^TANDEM_BUILD_BENCH:BOOL=ON' "$cache" &&
+    grep -Eq '^CMAKE_CUDA_ARCHITECTURES:[A-Z]*=(.*[ ;])?90([ ;].*)?$' "$cache"
+}
+if [[ -n ${GPU_PACK_BUILD_DIR:-} ]]; then build=$GPU_PACK_BUILD_DIR
+elif test_tree_qualifies; then build=$root/build
+else build=$root/build-gpu; fi
+stage=$build/gpu-pack            # build trees are git-ignored: the stage never travels by itself
 archive=$root/.gpu/tandem-gpu.tar.xz
 jobs=$(nproc) do_build=1 allow_missing=0 shards=8
 idx_dir=/usr/share/datasets/fashion-mnist   # Debian's dataset-fashion-mnist
@@ -62,7 +75,9 @@ gpu_test_targets() { ninja -C "$build" -t targets all | sed -n 's/^\(test_[a-z0-
 
 mkdir -p "$build"
 [[ -f $build/build.ninja ]] || do_build=1
-if ((do_build)); then
+if ((do_build)) && [[ $build == "$root/build" ]]; then
+  say "reusing the test command's tree $build (it has the CUDA plugin with sm_90 code): building what changed"
+elif ((do_build)); then
   say "configuring $build (Release, sm_90)"
   configure
 fi

@@ -1,22 +1,21 @@
-// Batch normalization through cuDNN's v7-style API (deprecated in cuDNN 9, still supported):
-// training with batch statistics (running averages updated in place by cuDNN, with the unbiased
-// variance and exponentialAverageFactor = momentum), inference from the running statistics, and
-// backward writing dgamma and dbeta (not accumulating).
+// Batch normalization through cuDNN: training with batch statistics (running averages updated in
+// place by cuDNN, with the unbiased variance and exponentialAverageFactor = momentum), inference
+// from the running statistics, and backward writing dgamma and dbeta (not accumulating).
 //
-// Mode: NHWC training and backward use CUDNN_BATCHNORM_SPATIAL_PERSISTENT, everything else
-// CUDNN_BATCHNORM_SPATIAL, as PyTorch chooses. Persistent is the fast NHWC kernel and the mode
-// cuDNN's fused BN+activation kernels run in; its overflow caveat (a scaled integer reduction
-// with a narrower range, Inf/NaN on large finite inputs) is documented for NCHW only, which is
-// why NCHW stays on plain SPATIAL. Inference uses SPATIAL: it is one elementwise pass.
+// NHWC training and backward go through the Ex calls (cudnnBatchNormalizationForwardTrainingEx,
+// cudnnBatchNormalizationBackwardEx) in CUDNN_BATCHNORM_SPATIAL_PERSISTENT mode, as PyTorch does
+// for channels_last: cuDNN's fast NHWC kernels are behind them. The v7-style calls in NHWC ran
+// ResNet-50's 53 batch norms at 16 ms per forward and 8 ms per backward on an H200 (2026-12-04),
+// about 50 times slower than the memory traffic needs. NCHW, inference, and any NHWC shape the Ex
+// calls refuse use the v7-style calls (CUDNN_BATCHNORM_SPATIAL; persistent's overflow caveat, a
+// scaled integer reduction with a narrower range, is documented for NCHW only).
 //
-// Fused ReLU: cuDNN fuses it only in NHWC with the persistent mode (and, as TensorFlow and NNabla
-// gate it, C a multiple of 4); whether it also does so for f32 on this GPU is cuDNN's to say, so
-// the first call of a shape asks (the Ex size queries, then the call itself) and a refusal sends
-// that shape down the plain path for good. Fused, forward and backward go through the Ex calls
-// with CUDNN_BATCHNORM_OPS_BN_ACTIVATION and saved.workspace holds [beta copy | reserve space]:
-// the fused backward reads the bias, which the backward op is not given. Otherwise plain BN runs
-// and a ReLU kernel clamps y; backward masks dy by y > 0 first. saved.workspace being defined is
-// how the backward knows which way the forward went.
+// saved.workspace holds [beta copy | reserve space] when the forward went through an Ex call (the
+// fused backward reads the bias, which the backward op is not given); its being defined is how the
+// backward knows. Fused ReLU (CUDNN_BATCHNORM_OPS_BN_ACTIVATION): cuDNN documents the kernel for
+// half precision, and TensorFlow and Paddle use it for fp16 only, so f32 (all our tensors today)
+// takes OPS_BN and then our ReLU kernel; backward masks dy by y > 0 first. A refusal of either ops
+// (at the size queries or the first call) sends that shape down the next path for good.
 #include <array>
 #include <cstdint>
 #include <map>
@@ -44,17 +43,23 @@ constexpr size_t kAlign = 256;  // cuDNN buffers start on 256-byte boundaries, a
 
 size_t round_up(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
-enum class Fusion { kUntried, kFused, kUnfused };
+// Whether an Ex path (one per ops) serves a shape: unknown until its sizes are asked.
+enum class ExState { kUntried, kAvailable, kRefused };
+
+struct ExPath {
+  ExState state = ExState::kUntried;
+  size_t forward_workspace = 0;
+  size_t backward_workspace = 0;
+  size_t reserve = 0;
+};
 
 // Everything cuDNN needs for one shape and format, made once per context.
 struct BnPlan {
   TensorDescriptor x;      // x, y, dy, dx
   TensorDescriptor param;  // (1, C, 1, 1): gamma, beta, means, variances and their gradients
   ActivationDescriptor relu;
-  Fusion fusion = Fusion::kUntried;
-  size_t forward_workspace = 0;
-  size_t backward_workspace = 0;
-  size_t reserve = 0;
+  ExPath plain;  // CUDNN_BATCHNORM_OPS_BN
+  ExPath fused;  // CUDNN_BATCHNORM_OPS_BN_ACTIVATION
 };
 
 using BnKey = std::array<int64_t, 5>;  // N, C, H, W, format
@@ -97,53 +102,58 @@ BnPlan& plan_for(CudaContext& cc, std::string_view op, const Tensor& x) {
   return plan;
 }
 
-// cuDNN's "no" to a fused call. Refusals come as NOT_SUPPORTED or, for some versions and shapes, as
-// BAD_PARAM; either sends this shape down the plain path, which checks its own parameters, so a
-// real mistake in a fused call costs speed (and leaves a debug log line), never values.
+// cuDNN's "no" to an Ex call. Refusals come as NOT_SUPPORTED or, for some versions and shapes, as
+// BAD_PARAM; either sends this shape down the next path, which checks its own parameters, so a
+// real mistake in an Ex call costs speed (and leaves a debug log line), never values.
 bool refused(cudnnStatus_t status) {
   cudnnStatus_t category = static_cast<cudnnStatus_t>(CUDNN_STATUS_CATEGORY(status));
   return category == CUDNN_STATUS_NOT_SUPPORTED || category == CUDNN_STATUS_BAD_PARAM;
 }
 
-// Taking cuDNN's "no" to fusing this shape: the plain path gives the same values, a little slower.
-void decline_fusion(BnPlan& plan, std::string_view op, const Tensor& x, std::string_view stage,
-                    cudnnStatus_t status) {
-  plan.fusion = Fusion::kUnfused;
-  spdlog::debug("{}: cuDNN does not fuse BN+ReLU for x {} ({}: {}); running BN and ReLU separately", op,
+std::string_view ops_name(cudnnBatchNormOps_t ops) {
+  return ops == CUDNN_BATCHNORM_OPS_BN_ACTIVATION ? "fused BN+ReLU" : "BN";
+}
+
+ExPath& path_of(BnPlan& plan, cudnnBatchNormOps_t ops) {
+  return ops == CUDNN_BATCHNORM_OPS_BN_ACTIVATION ? plan.fused : plan.plain;
+}
+
+// Taking cuDNN's "no" to this shape on this path: the next path gives the same values, slower.
+void decline(ExPath& path, cudnnBatchNormOps_t ops, std::string_view op, const Tensor& x, std::string_view stage,
+             cudnnStatus_t status) {
+  path.state = ExState::kRefused;
+  spdlog::debug("{}: cuDNN's Ex call ({}) refuses x {} ({}: {}); taking the next path", op, ops_name(ops),
                 x.shape().str(), stage, cudnnGetErrorString(status));
 }
 
-// Whether cuDNN fuses BN + ReLU for this shape; asks it the sizes once and remembers the answer.
-bool fusion_available(CudaContext& cc, BnPlan& plan, std::string_view op, const Tensor& x) {
-  if (plan.fusion != Fusion::kUntried) return plan.fusion == Fusion::kFused;
-  plan.fusion = Fusion::kUnfused;
-  // cuDNN documents its fused NHWC BN+activation kernel for half precision, and TensorFlow and Paddle
-  // use it for fp16 only: an f32 call it accepted but ran without the activation would be silently
-  // wrong, so f32 (all our tensors today) takes BN and then our ReLU kernel.
-  if (x.dtype() == DType::kF32) return false;
-  if (x.format() != MemoryFormat::kChannelsLast || x.dim(1) % 4 != 0) return false;
+// Whether the Ex call with `ops` serves this shape; asks cuDNN the sizes once and remembers.
+bool ex_available(CudaContext& cc, BnPlan& plan, cudnnBatchNormOps_t ops, std::string_view op, const Tensor& x) {
+  ExPath& path = path_of(plan, ops);
+  if (path.state != ExState::kUntried) return path.state == ExState::kAvailable;
+  path.state = ExState::kRefused;
+  if (x.format() != MemoryFormat::kChannelsLast) return false;
+  // An f32 call cuDNN accepted but ran without the activation would be silently wrong (see above).
+  if (ops == CUDNN_BATCHNORM_OPS_BN_ACTIVATION && (x.dtype() == DType::kF32 || x.dim(1) % 4 != 0)) return false;
   constexpr cudnnBatchNormMode_t mode = CUDNN_BATCHNORM_SPATIAL_PERSISTENT;
-  constexpr cudnnBatchNormOps_t ops = CUDNN_BATCHNORM_OPS_BN_ACTIVATION;
   cudnnHandle_t handle = cc.cudnn();
   cudnnTensorDescriptor_t xd = plan.x.get();
+  cudnnActivationDescriptor_t act = ops == CUDNN_BATCHNORM_OPS_BN_ACTIVATION ? plan.relu.get() : nullptr;
   cudnnStatus_t status = cudnnGetBatchNormalizationForwardTrainingExWorkspaceSize(
-      handle, mode, ops, xd, nullptr, xd, plan.param.get(), plan.relu.get(), &plan.forward_workspace);
+      handle, mode, ops, xd, nullptr, xd, plan.param.get(), act, &path.forward_workspace);
   if (status == CUDNN_STATUS_SUCCESS) {
     status = cudnnGetBatchNormalizationBackwardExWorkspaceSize(handle, mode, ops, xd, xd, xd, nullptr, xd,
-                                                               plan.param.get(), plan.relu.get(),
-                                                               &plan.backward_workspace);
+                                                               plan.param.get(), act, &path.backward_workspace);
   }
   if (status == CUDNN_STATUS_SUCCESS) {
-    status = cudnnGetBatchNormalizationTrainingExReserveSpaceSize(handle, mode, ops, plan.relu.get(), xd,
-                                                                  &plan.reserve);
+    status = cudnnGetBatchNormalizationTrainingExReserveSpaceSize(handle, mode, ops, act, xd, &path.reserve);
   }
   if (refused(status)) {
-    decline_fusion(plan, op, x, "size query", status);
+    decline(path, ops, op, x, "size query", status);
     return false;
   }
-  TANDEM_CUDNN_CHECK(status, "op={} (fused BN+ReLU sizes) x={} format={}", op, x.shape().str(),
+  TANDEM_CUDNN_CHECK(status, "op={} ({} sizes) x={} format={}", op, ops_name(ops), x.shape().str(),
                      memory_format_name(x.format()));
-  plan.fusion = Fusion::kFused;
+  path.state = ExState::kAvailable;
   return true;
 }
 
@@ -151,29 +161,33 @@ bool fusion_available(CudaContext& cc, BnPlan& plan, std::string_view op, const 
 // size 0 acts as the plain call, and the plain call has no activation to apply.
 void* ex_workspace(CudaContext& cc, size_t bytes) { return cc.workspace(bytes > 0 ? bytes : kAlign); }
 
-// Training forward with cuDNN's fused ReLU; false (having changed nothing the caller sees) when
-// cuDNN does not fuse this shape.
-bool fused_forward(Ctx& ctx, CudaContext& cc, BnPlan& plan, const BatchNormParams& p, const Tensor& x,
-                   const Tensor& gamma, const Tensor& beta, Tensor& running_mean, Tensor& running_var, Tensor& y,
-                   BatchNormSaved& saved) {
+// Training forward through the Ex call with `ops`; false (having changed nothing the caller sees)
+// when cuDNN refuses this shape.
+bool ex_forward(Ctx& ctx, CudaContext& cc, BnPlan& plan, cudnnBatchNormOps_t ops, const BatchNormParams& p,
+                const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& running_mean, Tensor& running_var,
+                Tensor& y, BatchNormSaved& saved) {
   constexpr std::string_view op = "batchnorm_forward_training";
-  if (!fusion_available(cc, plan, op, x)) return false;
+  if (!ex_available(cc, plan, ops, op, x)) return false;
+  ExPath& path = path_of(plan, ops);
   size_t beta_bytes = beta.nbytes();
   size_t offset = round_up(beta_bytes);
-  Tensor workspace = Tensor::empty({static_cast<int64_t>(offset + plan.reserve)}, DType::kU8, ctx.device());
+  Tensor workspace = Tensor::empty({static_cast<int64_t>(offset + path.reserve)}, DType::kU8, ctx.device());
   auto* base = static_cast<unsigned char*>(workspace.raw_data());
   cudnnTensorDescriptor_t xd = plan.x.get();
+  cudnnActivationDescriptor_t act = ops == CUDNN_BATCHNORM_OPS_BN_ACTIVATION ? plan.relu.get() : nullptr;
+  // resultSaveMean / resultSaveInvVariance are the batch mean and 1 / sqrt(biased variance + eps):
+  // exactly saved.mean and saved.invstd.
   cudnnStatus_t status = cudnnBatchNormalizationForwardTrainingEx(
-      cc.cudnn(), CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN_ACTIVATION, &kOne, &kZero, xd,
-      x.raw_data(), nullptr, nullptr, xd, y.raw_data(), plan.param.get(), gamma.raw_data(), beta.raw_data(),
-      static_cast<double>(p.momentum), running_mean.raw_data(), running_var.raw_data(), static_cast<double>(p.eps),
-      saved.mean.raw_data(), saved.invstd.raw_data(), plan.relu.get(), ex_workspace(cc, plan.forward_workspace),
-      plan.forward_workspace, base + offset, plan.reserve);
-  if (refused(status)) {  // refused before any work was queued: take the unfused path from now on
-    decline_fusion(plan, op, x, "forward", status);
+      cc.cudnn(), CUDNN_BATCHNORM_SPATIAL_PERSISTENT, ops, &kOne, &kZero, xd, x.raw_data(), nullptr, nullptr, xd,
+      y.raw_data(), plan.param.get(), gamma.raw_data(), beta.raw_data(), static_cast<double>(p.momentum),
+      running_mean.raw_data(), running_var.raw_data(), static_cast<double>(p.eps), saved.mean.raw_data(),
+      saved.invstd.raw_data(), act, ex_workspace(cc, path.forward_workspace), path.forward_workspace, base + offset,
+      path.reserve);
+  if (refused(status)) {  // refused before any work was queued: take the next path from now on
+    decline(path, ops, op, x, "forward", status);
     return false;
   }
-  TANDEM_CUDNN_CHECK(status, "op={} (fused ReLU) x={} format={} eps={} momentum={}", op, x.shape().str(),
+  TANDEM_CUDNN_CHECK(status, "op={} ({}) x={} format={} eps={} momentum={}", op, ops_name(ops), x.shape().str(),
                      memory_format_name(x.format()), p.eps, p.momentum);
   // Queued after the forward (which only reads beta), so a refusal above leaves nothing in flight.
   TANDEM_CUDA_CHECK(cudaMemcpyAsync(base, beta.raw_data(), beta_bytes, cudaMemcpyDeviceToDevice, cc.stream()),
@@ -189,31 +203,45 @@ void relu_in_place(CudaContext& cc, std::string_view op, Tensor& y) {
                            memory_format_name(y.format()));
 }
 
-// Backward through cuDNN's fused ReLU; false when cuDNN refuses it (the caller then masks dy).
-bool fused_backward(CudaContext& cc, BnPlan& plan, const BatchNormParams& p, const Tensor& x, const Tensor& y,
-                    const Tensor& dy, const Tensor& gamma, const BatchNormSaved& saved, Tensor& dx, Tensor& dgamma,
-                    Tensor& dbeta) {
+// Backward through the Ex call with `ops` (grad: dy, or dy masked by the ReLU under OPS_BN); false
+// when cuDNN refuses it.
+bool ex_backward(CudaContext& cc, BnPlan& plan, cudnnBatchNormOps_t ops, const BatchNormParams& p, const Tensor& x,
+                 const Tensor& y, const void* grad, const Tensor& gamma, const BatchNormSaved& saved, Tensor& dx,
+                 Tensor& dgamma, Tensor& dbeta) {
   constexpr std::string_view op = "batchnorm_backward";
-  if (!fusion_available(cc, plan, op, x)) return false;
+  if (!ex_available(cc, plan, ops, op, x)) return false;
+  ExPath& path = path_of(plan, ops);
   size_t offset = round_up(gamma.nbytes());
-  TANDEM_CHECK(saved.workspace.nbytes() == offset + plan.reserve, ErrorCode::kInvalidArgument,
-               "{}: saved.workspace has {} bytes, the fused forward of x {} makes {}", op, saved.workspace.nbytes(),
-               x.shape().str(), offset + plan.reserve);
+  TANDEM_CHECK(saved.workspace.nbytes() == offset + path.reserve, ErrorCode::kInvalidArgument,
+               "{}: saved.workspace has {} bytes, the {} forward of x {} makes {}", op, saved.workspace.nbytes(),
+               ops_name(ops), x.shape().str(), offset + path.reserve);
   auto* base = static_cast<unsigned char*>(saved.workspace.raw_data());
   cudnnTensorDescriptor_t xd = plan.x.get();
+  cudnnActivationDescriptor_t act = ops == CUDNN_BATCHNORM_OPS_BN_ACTIVATION ? plan.relu.get() : nullptr;
+  // alphaParamDiff = 1, betaParamDiff = 0: dgamma and dbeta are written, not accumulated.
   cudnnStatus_t status = cudnnBatchNormalizationBackwardEx(
-      cc.cudnn(), CUDNN_BATCHNORM_SPATIAL_PERSISTENT, CUDNN_BATCHNORM_OPS_BN_ACTIVATION, &kOne, &kZero, &kOne, &kZero,
-      xd, x.raw_data(), xd, y.raw_data(), xd, dy.raw_data(), nullptr, nullptr, xd, dx.raw_data(), plan.param.get(),
-      gamma.raw_data(), base, dgamma.raw_data(), dbeta.raw_data(), static_cast<double>(p.eps), saved.mean.raw_data(),
-      saved.invstd.raw_data(), plan.relu.get(), ex_workspace(cc, plan.backward_workspace), plan.backward_workspace,
-      base + offset, plan.reserve);
-  if (refused(status)) {  // a fused forward is useless without its backward: stop fusing
-    decline_fusion(plan, op, x, "backward", status);
+      cc.cudnn(), CUDNN_BATCHNORM_SPATIAL_PERSISTENT, ops, &kOne, &kZero, &kOne, &kZero, xd, x.raw_data(), xd,
+      y.raw_data(), xd, grad, nullptr, nullptr, xd, dx.raw_data(), plan.param.get(), gamma.raw_data(), base,
+      dgamma.raw_data(), dbeta.raw_data(), static_cast<double>(p.eps), saved.mean.raw_data(), saved.invstd.raw_data(),
+      act, ex_workspace(cc, path.backward_workspace), path.backward_workspace, base + offset, path.reserve);
+  if (refused(status)) {  // the forward's saved mean and invstd serve the v7-style backward too
+    decline(path, ops, op, x, "backward", status);
     return false;
   }
-  TANDEM_CUDNN_CHECK(status, "op={} (fused ReLU) x={} format={} eps={}", op, x.shape().str(),
+  TANDEM_CUDNN_CHECK(status, "op={} ({}) x={} format={} eps={}", op, ops_name(ops), x.shape().str(),
                      memory_format_name(x.format()), p.eps);
   return true;
+}
+
+// dy masked by y > 0 (y is the output after the ReLU, fused or not), in the context workspace: the
+// backward calls after it use their own.
+const void* relu_masked(CudaContext& cc, std::string_view op, const Tensor& y, const Tensor& dy, size_t offset) {
+  auto* masked = reinterpret_cast<float*>(static_cast<char*>(cc.workspace(offset + dy.nbytes())) + offset);
+  Launch l = launch_for(dy.numel());
+  launch_bn_relu_mask(y.data<float>(), dy.data<float>(), masked, dy.numel(), l.blocks, l.threads, cc.stream());
+  TANDEM_CUDA_LAUNCH_CHECK("bn_relu_mask_kernel", "op={} dy={} format={}", op, dy.shape().str(),
+                           memory_format_name(dy.format()));
+  return masked;
 }
 
 }  // namespace
@@ -223,18 +251,29 @@ void batchnorm_forward_training(Ctx& ctx, const BatchNormParams& p, const Tensor
                                 BatchNormSaved& saved) {
   constexpr std::string_view op = "batchnorm_forward_training";
   CudaContext& cc = cuda_context(ctx);
-  BnPlan& plan = plan_for(cc, op, x);
   saved.workspace = Tensor();
-  if (p.fuse_relu && fused_forward(ctx, cc, plan, p, x, gamma, beta, running_mean, running_var, y, saved)) return;
-  // resultSaveMean / resultSaveInvVariance are the batch mean and 1 / sqrt(biased variance + eps):
-  // exactly saved.mean and saved.invstd.
-  TANDEM_CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
-                         cc.cudnn(), training_mode(x), &kOne, &kZero, plan.x.get(), x.raw_data(), plan.x.get(),
-                         y.raw_data(), plan.param.get(), gamma.raw_data(), beta.raw_data(),
-                         static_cast<double>(p.momentum), running_mean.raw_data(), running_var.raw_data(),
-                         static_cast<double>(p.eps), saved.mean.raw_data(), saved.invstd.raw_data()),
-                     "op={} x={} format={} eps={} momentum={}", op, x.shape().str(), memory_format_name(x.format()),
-                     p.eps, p.momentum);
+  if (x.numel() == 0) {  // an empty batch: no statistics; cuDNN takes no zero-sized tensor
+    for (Tensor* t : {&saved.mean, &saved.invstd}) {
+      TANDEM_CUDA_CHECK(cudaMemsetAsync(t->raw_data(), 0, t->nbytes(), cc.stream()), "op={} x={}", op,
+                        x.shape().str());
+    }
+    return;
+  }
+  BnPlan& plan = plan_for(cc, op, x);
+  if (p.fuse_relu &&
+      ex_forward(ctx, cc, plan, CUDNN_BATCHNORM_OPS_BN_ACTIVATION, p, x, gamma, beta, running_mean, running_var, y,
+                 saved)) {
+    return;
+  }
+  if (!ex_forward(ctx, cc, plan, CUDNN_BATCHNORM_OPS_BN, p, x, gamma, beta, running_mean, running_var, y, saved)) {
+    TANDEM_CUDNN_CHECK(cudnnBatchNormalizationForwardTraining(
+                           cc.cudnn(), training_mode(x), &kOne, &kZero, plan.x.get(), x.raw_data(), plan.x.get(),
+                           y.raw_data(), plan.param.get(), gamma.raw_data(), beta.raw_data(),
+                           static_cast<double>(p.momentum), running_mean.raw_data(), running_var.raw_data(),
+                           static_cast<double>(p.eps), saved.mean.raw_data(), saved.invstd.raw_data()),
+                       "op={} x={} format={} eps={} momentum={}", op, x.shape().str(), memory_format_name(x.format()),
+                       p.eps, p.momentum);
+  }
   if (p.fuse_relu) relu_in_place(cc, op, y);
 }
 
@@ -275,18 +314,18 @@ void batchnorm_backward(Ctx& ctx, const BatchNormParams& p, const Tensor& x, con
     return;
   }
   BnPlan& plan = plan_for(cc, op, x);
-  bool fused = p.fuse_relu && saved.workspace.defined();
-  if (fused && fused_backward(cc, plan, p, x, y, dy, gamma, saved, dx, dgamma, dbeta)) return;
-  const void* grad = dy.raw_data();
-  if (p.fuse_relu) {
-    // y is the output after the ReLU (fused or not), so y > 0 is the ReLU's mask. The masked
-    // gradient lives in the context workspace: the plain backward below uses none of its own.
-    auto* masked = static_cast<float*>(cc.workspace(dy.nbytes()));
-    Launch l = launch_for(dy.numel());
-    launch_bn_relu_mask(y.data<float>(), dy.data<float>(), masked, dy.numel(), l.blocks, l.threads, cc.stream());
-    TANDEM_CUDA_LAUNCH_CHECK("bn_relu_mask_kernel", "op={} dy={} format={}", op, dy.shape().str(),
-                             memory_format_name(dy.format()));
-    grad = masked;
+  const bool ex = saved.workspace.defined();  // the forward went through an Ex call
+  if (ex && p.fuse_relu && plan.fused.state == ExState::kAvailable &&
+      ex_backward(cc, plan, CUDNN_BATCHNORM_OPS_BN_ACTIVATION, p, x, y, dy.raw_data(), gamma, saved, dx, dgamma,
+                  dbeta)) {
+    return;
+  }
+  // The masked gradient sits past the Ex backward's own workspace in the context's buffer.
+  const size_t masked_offset = round_up(plan.plain.backward_workspace);
+  const void* grad = p.fuse_relu ? relu_masked(cc, op, y, dy, masked_offset) : dy.raw_data();
+  if (ex && plan.plain.state == ExState::kAvailable &&
+      ex_backward(cc, plan, CUDNN_BATCHNORM_OPS_BN, p, x, y, grad, gamma, saved, dx, dgamma, dbeta)) {
+    return;
   }
   // alphaParamDiff = 1, betaParamDiff = 0: dgamma and dbeta are written, not accumulated.
   TANDEM_CUDNN_CHECK(cudnnBatchNormalizationBackward(cc.cudnn(), training_mode(x), &kOne, &kZero, &kOne, &kZero,

@@ -19,7 +19,35 @@ ErrorCode code_for(cudaError_t status) {
   }
 }
 
+constexpr std::string_view kFindTheKernel =
+    "; an earlier kernel faulted and the CUDA context is lost: the call named here is only where it "
+    "surfaced. Rerun with CUDA_LAUNCH_BLOCKING=1 (every launch synchronous) to name the kernel, or under "
+    "compute-sanitizer";
+
 }  // namespace
+
+bool is_sticky_error(cudaError_t status) {
+  switch (status) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorHardwareStackError:
+    case cudaErrorAssert:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorECCUncorrectable:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void check_no_earlier_fault(cudaError_t probe, std::string_view during) {
+  if (probe == cudaSuccess || probe == cudaErrorNotReady) return;
+  throw_cuda_error(probe, "cudaStreamQuery", fmt::format("the stream's state before {}", during));
+}
 
 void throw_cuda_error(cudaError_t status, std::string_view call, const std::string& values) {
   // Clears a non-sticky error so the next unrelated call does not report it again.
@@ -27,6 +55,8 @@ void throw_cuda_error(cudaError_t status, std::string_view call, const std::stri
   std::string hint;
   if (status == cudaErrorInsufficientDriver) {
     hint = " (cudart says this too when no NVIDIA driver is installed at all)";
+  } else if (is_sticky_error(status)) {
+    hint = std::string(kFindTheKernel);
   }
   throw Error(code_for(status), fmt::format("{} failed: {} ({}): {}{}{}", call, cudaGetErrorName(status),
                                             static_cast<int>(status), cudaGetErrorString(status),

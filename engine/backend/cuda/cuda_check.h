@@ -24,6 +24,16 @@ void check_cuda(cudaError_t status, std::string_view call, fmt::format_string<Ar
 // For destructors and other noexcept paths: logs the failure and returns false.
 bool check_cuda_nothrow(cudaError_t status, std::string_view call) noexcept;
 
+// Errors a faulting kernel leaves (an illegal address, a trap, an assert): the context is lost and
+// every later call fails with the same error, so the call that reports one is rarely at fault.
+bool is_sticky_error(cudaError_t status);
+
+// Before a fall-back that would blame `during` (dropping a cuDNN algorithm, say): probe is what the
+// stream reports now (cudaStreamQuery). A sticky error there is an earlier kernel's fault, thrown
+// as such (Internal, with how to find the kernel) instead of being taken for the algorithm's; any
+// other error is thrown naming `during`. cudaSuccess and cudaErrorNotReady pass.
+void check_no_earlier_fault(cudaError_t probe, std::string_view during);
+
 }  // namespace tandem::cuda
 
 // TANDEM_CUDA_CHECK(cudaMalloc(&p, n), "bytes={}", n): the macro only captures the call's text.

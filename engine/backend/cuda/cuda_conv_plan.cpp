@@ -342,6 +342,12 @@ std::unique_ptr<ConvPlan> create_plan(CudaContext& cc, const ConvProblem& proble
 
 bool fall_back(CudaContext& cc, const ConvProblem& problem, ConvPlan& plan, cudnnStatus_t status) {
   if (!algorithm_cannot_run(status)) return false;
+  // A fault left by an earlier kernel fails this call too: it is not this algorithm's, and dropping
+  // good algorithms for it would hide it. Name it as what it is.
+  tandem::cuda::check_no_earlier_fault(
+      cudaStreamQuery(cc.stream()),
+      fmt::format("{} fell back from algorithm {} ({})", problem, conv_algo_name(problem.op, plan.algo),
+                  cudnnGetErrorString(status)));
   // A kernel that failed to launch leaves its (non-sticky) error in the runtime, where the next
   // launch check would find it; a sticky error stays and fails the next call anyway.
   if (CUDNN_STATUS_CATEGORY(static_cast<int>(status)) == CUDNN_STATUS_EXECUTION_FAILED) (void)cudaGetLastError();

@@ -24,18 +24,6 @@ cudaMemcpyKind copy_kind(Device dst, Device src) {
 
 }  // namespace
 
-DeviceGuard::DeviceGuard(int device) {
-  TANDEM_CUDA_CHECK(cudaGetDevice(&previous_), "");
-  if (previous_ != device) TANDEM_CUDA_CHECK(cudaSetDevice(device), "device=cuda:{}", device);
-}
-
-DeviceGuard::~DeviceGuard() {
-  int current = -1;
-  if (TANDEM_CUDA_CHECK_NOTHROW(cudaGetDevice(&current)) && current != previous_) {
-    TANDEM_CUDA_CHECK_NOTHROW(cudaSetDevice(previous_));
-  }
-}
-
 CudaStream::CudaStream(int device) : device_(device) {
   DeviceGuard guard(device);
   // Non-blocking: replica streams must not serialise with the legacy default stream.

@@ -6,22 +6,10 @@
 
 #include <memory>
 
+#include "engine/backend/cuda/device_guard.h"
 #include "engine/core/device.h"
 
 namespace tandem::cuda {
-
-// Makes `device` current for its lifetime and restores the previous one, so a replica thread's
-// current device is never changed behind its back.
-class DeviceGuard {
- public:
-  explicit DeviceGuard(int device);
-  ~DeviceGuard();
-  DeviceGuard(const DeviceGuard&) = delete;
-  DeviceGuard& operator=(const DeviceGuard&) = delete;
-
- private:
-  int previous_ = -1;
-};
 
 class CudaStream final : public Stream {
  public:

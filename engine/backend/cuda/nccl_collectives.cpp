@@ -81,10 +81,12 @@ NcclCollectives::NcclCollectives(std::vector<int> devices, const ncclUniqueId& i
   for (int d : devices_) streams_.push_back(std::make_unique<CudaStream>(d));
 }
 
+// Never throws: a destructor that throws ends the process and loses the first error of a
+// multi-GPU failure, which is what is being unwound when this runs.
 NcclCollectives::~NcclCollectives() {
   for (auto& s : streams_) {
-    DeviceGuard guard(s->device().index);
-    if (!aborted_) TANDEM_CUDA_CHECK_NOTHROW(cudaStreamSynchronize(s->get()));
+    DeviceGuard guard(s->device().index, DeviceGuard::NoThrow{});
+    if (guard.ok() && !aborted_) TANDEM_CUDA_CHECK_NOTHROW(cudaStreamSynchronize(s->get()));
   }
   for (ncclComm_t comm : comms_) {
     if (comm == nullptr || aborted_) continue;
