@@ -3,6 +3,10 @@
 // which the backward refers to: it must outlive the graph (until backward has run).
 #pragma once
 
+#include <optional>
+#include <span>
+#include <vector>
+
 #include "engine/autograd/variable.h"
 #include "engine/backend/op_params.h"
 
@@ -32,10 +36,15 @@ Variable relu(ExecutionContext& ctx, const Variable& x);
 Variable max_pool2d(ExecutionContext& ctx, const Variable& x, const Pool2dParams& params);
 Variable avg_pool2d(ExecutionContext& ctx, const Variable& x, const Pool2dParams& params);
 Variable global_avg_pool(ExecutionContext& ctx, const Variable& x);  // (N, C, H, W) -> (N, C, 1, 1)
-// (N, in) x, (out, in) w, (out) b or undefined -> (N, out)
+// (N..., in) x, (out, in) w, (out) b or undefined -> (N..., out)
 Variable linear(ExecutionContext& ctx, const Variable& x, const Variable& w, const Variable& b);
+// torch.matmul of matrices: (..., M, K) a, (..., K, N) b, batch dimensions broadcast.
 Variable matmul(ExecutionContext& ctx, const Variable& a, const Variable& b);
+// a + b, a - b, a * b, a / b with NumPy broadcasting; the gradient of a broadcast input is summed
+// back to its shape.
 Variable add(ExecutionContext& ctx, const Variable& a, const Variable& b);
+Variable sub(ExecutionContext& ctx, const Variable& a, const Variable& b);
+Variable div(ExecutionContext& ctx, const Variable& a, const Variable& b);
 // relu(a + b) in one pass each way: a residual block's end. Both inputs get the same gradient tensor.
 Variable add_relu(ExecutionContext& ctx, const Variable& a, const Variable& b);
 Variable mul(ExecutionContext& ctx, const Variable& a, const Variable& b);
@@ -45,12 +54,50 @@ Variable sum(ExecutionContext& ctx, const Variable& x);  // shape []
 Variable reshape(ExecutionContext& ctx, const Variable& x, const Shape& shape);
 Variable flatten(ExecutionContext& ctx, const Variable& x);  // (N, ...) -> (N, rest)
 Variable dropout(ExecutionContext& ctx, const Variable& x, float p);
-// (N, K) logits, (N) i64 labels -> (N) per-example losses.
+// (N..., K) logits, (N...) i64 labels -> (N...) per-example losses; rows labelled ignore_index
+// lose 0 and pass no gradient.
 Variable softmax_cross_entropy(ExecutionContext& ctx, const Variable& logits, const Tensor& labels,
-                               float label_smoothing = 0.0f);
+                               float label_smoothing = 0.0f, int64_t ignore_index = backend::kNoIgnoreIndex);
 // The loss contract of DESIGN.md: sum of per-example losses divided by `divisor` (the global
 // batch size), a scalar. With one replica and divisor = batch size it is the mean.
 Variable cross_entropy_loss(ExecutionContext& ctx, const Variable& logits, const Tensor& labels,
                             float label_smoothing, int64_t divisor);
+
+// ---- N-D ops with PyTorch's semantics (ops_tensor.cpp); dims may be negative. ----
+Variable permute(ExecutionContext& ctx, const Variable& x, std::span<const int> dims);
+Variable transpose(ExecutionContext& ctx, const Variable& x, int dim0, int dim1);
+Variable narrow(ExecutionContext& ctx, const Variable& x, int dim, int64_t start, int64_t length);
+// Pieces of split_size along dim (the last may be shorter), as torch.split with an int.
+std::vector<Variable> split(ExecutionContext& ctx, const Variable& x, int64_t split_size, int dim);
+std::vector<Variable> chunk(ExecutionContext& ctx, const Variable& x, int64_t chunks, int dim);
+Variable concat(ExecutionContext& ctx, std::span<const Variable> xs, int dim);  // torch.cat
+Variable exp(ExecutionContext& ctx, const Variable& x);
+Variable log(ExecutionContext& ctx, const Variable& x);
+Variable sqrt(ExecutionContext& ctx, const Variable& x);
+Variable rsqrt(ExecutionContext& ctx, const Variable& x);
+Variable tanh(ExecutionContext& ctx, const Variable& x);
+// Exact (erf) GELU, or PyTorch's approximate='tanh'.
+Variable gelu(ExecutionContext& ctx, const Variable& x, bool tanh_approximation = false);
+// value where mask (u8, broadcast to x) is not 0; those places pass no gradient.
+Variable masked_fill(ExecutionContext& ctx, const Variable& x, const Tensor& mask, float value);
+// Over dims (all when empty), as torch.sum / torch.mean / torch.amax (ties share the gradient).
+Variable sum(ExecutionContext& ctx, const Variable& x, std::span<const int> dims, bool keepdim = false);
+Variable mean(ExecutionContext& ctx, const Variable& x, std::span<const int> dims, bool keepdim = false);
+Variable amax(ExecutionContext& ctx, const Variable& x, std::span<const int> dims, bool keepdim = false);
+Variable softmax(ExecutionContext& ctx, const Variable& x, int dim);
+Variable log_softmax(ExecutionContext& ctx, const Variable& x, int dim);
+
+// ---- The transformer's ops (ops_transformer.cpp). ----
+// Over the last normalized_dims dimensions; weight and bias (that many elements) may be undefined.
+Variable layer_norm(ExecutionContext& ctx, const Variable& x, int normalized_dims, const Variable& weight,
+                    const Variable& bias, float eps = 1e-5f);
+// F.scaled_dot_product_attention on (B, H, T, D): attn_mask u8 (true takes part) or f32 (added),
+// broadcast over batch and heads; is_causal aligned bottom-right (backend::AttentionParams); scale
+// 1 / sqrt(D) unless given. Memory-efficient: no (Tq, Tk) tensor is kept for the backward.
+Variable scaled_dot_product_attention(ExecutionContext& ctx, const Variable& q, const Variable& k, const Variable& v,
+                                      const Tensor& attn_mask = {}, float dropout_p = 0.0f, bool is_causal = false,
+                                      std::optional<float> scale = std::nullopt);
+// Rows of weight (V, D) by i64 ids of any shape -> (ids..., D).
+Variable embedding(ExecutionContext& ctx, const Variable& weight, const Tensor& ids);
 
 }  // namespace tandem::autograd

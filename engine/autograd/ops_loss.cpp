@@ -5,14 +5,22 @@
 namespace tandem::autograd {
 
 Variable softmax_cross_entropy(ExecutionContext& ctx, const Variable& logits, const Tensor& labels,
-                               float label_smoothing) {
+                               float label_smoothing, int64_t ignore_index) {
+  const Shape s = logits.shape();
+  if (s.rank() != 2 && s.rank() >= 1) {
+    // (N..., K) as (rows, K) rows, the losses back in (N...).
+    const int64_t k = s[s.rank() - 1], rows = k > 0 ? s.numel() / k : 0;
+    Variable flat = reshape(ctx, logits, Shape{rows, k});
+    Variable losses = softmax_cross_entropy(ctx, flat, labels.reshape(Shape{rows}), label_smoothing, ignore_index);
+    return reshape(ctx, losses, Shape(std::span<const int64_t>(s.dims().begin(), s.dims().end() - 1)));
+  }
   backend::SoftmaxCrossEntropyForward f =
-      backend::softmax_cross_entropy_forward(ctx, logits.value(), labels, label_smoothing);
+      backend::softmax_cross_entropy_forward(ctx, logits.value(), labels, label_smoothing, ignore_index);
   Tensor probs = f.probs;
   return make_op("softmax_cross_entropy", std::move(f.loss), {logits},
-                 [&ctx, probs, labels, label_smoothing](const Tensor& dloss) {
-                   return std::vector<Tensor>{
-                       backend::softmax_cross_entropy_backward(ctx, probs, labels, label_smoothing, dloss)};
+                 [&ctx, probs, labels, label_smoothing, ignore_index](const Tensor& dloss) {
+                   return std::vector<Tensor>{backend::softmax_cross_entropy_backward(ctx, probs, labels, label_smoothing,
+                                                                                      dloss, ignore_index)};
                  });
 }
 

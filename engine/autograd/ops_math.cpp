@@ -1,4 +1,4 @@
-// Differentiable dense and elementwise ops, and shape changes.
+// Differentiable ReLU, scaling, the full sum and shape changes (reshape, flatten).
 #include "engine/autograd/ops.h"
 #include "engine/backend/ops.h"
 
@@ -12,53 +12,12 @@ Variable relu(ExecutionContext& ctx, const Variable& x) {
   });
 }
 
-Variable linear(ExecutionContext& ctx, const Variable& x, const Variable& w, const Variable& b) {
-  Tensor bias = b.defined() ? b.value() : Tensor();
-  Tensor y = backend::linear_forward(ctx, x.value(), w.value(), bias);
-  std::vector<Variable> inputs{x, w};
-  if (b.defined()) inputs.push_back(b);
-  Tensor xv = x.value(), wv = w.value();
-  bool need_dx = x.requires_grad(), with_bias = b.defined();
-  return make_op("linear", std::move(y), std::move(inputs), [&ctx, xv, wv, need_dx, with_bias](const Tensor& dy) {
-    std::vector<Tensor> grads;
-    grads.push_back(need_dx ? backend::linear_backward_data(ctx, dy, wv) : Tensor());
-    backend::LinearWeightGrads g = backend::linear_backward_weights(ctx, xv, dy, with_bias);
-    grads.push_back(std::move(g.dw));
-    if (with_bias) grads.push_back(std::move(g.db));
-    return grads;
-  });
-}
-
-Variable matmul(ExecutionContext& ctx, const Variable& a, const Variable& b) {
-  Tensor av = a.value(), bv = b.value();
-  Tensor c = backend::matmul(ctx, av, bv);
-  bool need_da = a.requires_grad(), need_db = b.requires_grad();
-  return make_op("matmul", std::move(c), {a, b}, [&ctx, av, bv, need_da, need_db](const Tensor& dc) {
-    // c = a b: da = dc b^T, db = a^T dc
-    return std::vector<Tensor>{need_da ? backend::matmul(ctx, dc, bv, false, true) : Tensor(),
-                               need_db ? backend::matmul(ctx, av, dc, true, false) : Tensor()};
-  });
-}
-
-Variable add(ExecutionContext& ctx, const Variable& a, const Variable& b) {
-  Tensor y = backend::add(ctx, a.value(), b.value());
-  return make_op("add", std::move(y), {a, b}, [](const Tensor& dy) { return std::vector<Tensor>{dy, dy}; });
-}
-
 Variable add_relu(ExecutionContext& ctx, const Variable& a, const Variable& b) {
   Tensor y = backend::add_relu(ctx, a.value(), b.value());
   Tensor saved_y = y;
   return make_op("add_relu", std::move(y), {a, b}, [&ctx, saved_y](const Tensor& dy) {
     Tensor dx = backend::relu_backward(ctx, saved_y, dy);
     return std::vector<Tensor>{dx, dx};
-  });
-}
-
-Variable mul(ExecutionContext& ctx, const Variable& a, const Variable& b) {
-  Tensor av = a.value(), bv = b.value();
-  Tensor y = backend::mul(ctx, av, bv);
-  return make_op("mul", std::move(y), {a, b}, [&ctx, av, bv](const Tensor& dy) {
-    return std::vector<Tensor>{backend::mul(ctx, dy, bv), backend::mul(ctx, dy, av)};
   });
 }
 
@@ -80,15 +39,12 @@ Variable sum(ExecutionContext& ctx, const Variable& x) {
 }
 
 Variable reshape(ExecutionContext& ctx, const Variable& x, const Shape& shape) {
-  (void)ctx;
-  Tensor contiguous = x.value().format() == MemoryFormat::kContiguous
-                          ? x.value()
-                          : x.value().to_format(MemoryFormat::kContiguous);
-  Tensor y = contiguous.reshape(shape);
+  // A channels_last input is laid out contiguously first, on its device (a permute).
+  Tensor y = backend::contiguous(ctx, x.value()).reshape(shape);
   Shape x_shape = x.shape();
   MemoryFormat format = x.value().format();
-  return make_op("reshape", std::move(y), {x}, [x_shape, format](const Tensor& dy) {
-    return std::vector<Tensor>{dy.reshape(x_shape).to_format(format)};
+  return make_op("reshape", std::move(y), {x}, [&ctx, x_shape, format](const Tensor& dy) {
+    return std::vector<Tensor>{backend::as_format(ctx, backend::contiguous(ctx, dy).reshape(x_shape), format)};
   });
 }
 

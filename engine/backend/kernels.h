@@ -4,6 +4,8 @@
 // Layout: 4-D tensors are logical (N, C, H, W) in either memory format; outputs take x's format.
 #pragma once
 
+#include <span>
+
 #include "engine/backend/op_params.h"
 
 namespace tandem::backend {
@@ -97,12 +99,14 @@ struct KernelTable {
   void (*broadcast_scalar)(Ctx&, const Tensor& s, Tensor& y) = nullptr;
 
   // (N, K) logits, (N) i64 labels -> (N) per-example loss, (N, K) softmax probabilities saved.
-  // Target distribution: (1 - s) one-hot + s / K, with s = label_smoothing.
+  // Target distribution: (1 - s) one-hot + s / K, with s = label_smoothing. A row whose label is
+  // ignore_index has loss 0 (and gradient 0); other labels outside [0, K) are errors (CPU) or count
+  // as NaN loss (CUDA, where the kernel cannot throw).
   void (*softmax_cross_entropy_forward)(Ctx&, const Tensor& logits, const Tensor& labels, float label_smoothing,
-                                        Tensor& loss, Tensor& probs) = nullptr;
-  // dlogits[i] = dloss[i] * (probs[i] - target[i])
+                                        int64_t ignore_index, Tensor& loss, Tensor& probs) = nullptr;
+  // dlogits[i] = dloss[i] * (probs[i] - target[i]); 0 for an ignored row.
   void (*softmax_cross_entropy_backward)(Ctx&, const Tensor& probs, const Tensor& labels, float label_smoothing,
-                                         const Tensor& dloss, Tensor& dlogits) = nullptr;
+                                         int64_t ignore_index, const Tensor& dloss, Tensor& dlogits) = nullptr;
 
   // The training loop's running sums, kept on the device so a step reads nothing back: (3) f32 stats
   // += (loss * loss_scale, examples whose label's logit no other logit exceeds, N). loss: [] f32;
@@ -126,6 +130,59 @@ struct KernelTable {
   // exceeds max_norm, reading squared_norm ([] f32, from squared_norm) on the device.
   void (*clip_by_global_norm)(Ctx&, const Tensor* x, size_t count, const Tensor& squared_norm,
                               double max_norm) = nullptr;
+
+  // ---- N-D tensors: contiguous, rank <= Shape::kMaxRank, f32 unless said (ops_tensor.cpp) ----
+  // y = x.permute(perm), contiguous: y's dimension d is x's perm[d]. Any dtype.
+  void (*permute)(Ctx&, const Tensor& x, std::span<const int> perm, Tensor& y) = nullptr;
+  // y = x broadcast to y's shape (NumPy rules, aligned right). Any dtype.
+  void (*expand)(Ctx&, const Tensor& x, Tensor& y) = nullptr;
+  // Along axis, y[..., y_start + i, ...] = x[..., x_start + i, ...] for i < length; x and y agree on
+  // every other dimension. Any dtype: narrow, split, concat and their gradients.
+  void (*copy_window)(Ctx&, const Tensor& x, int axis, int64_t x_start, Tensor& y, int64_t y_start,
+                      int64_t length) = nullptr;
+  // y = a op b, both broadcast to y's shape.
+  void (*binary)(Ctx&, BinaryOp op, const Tensor& a, const Tensor& b, Tensor& y) = nullptr;
+  // y = f(x) elementwise (x and y may be channels_last: the layout does not matter).
+  void (*unary)(Ctx&, UnaryOp op, const Tensor& x, Tensor& y) = nullptr;
+  // dx = dy f'(x), with y = f(x) given too (some derivatives read it).
+  void (*unary_backward)(Ctx&, UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) = nullptr;
+  // y = value where mask (u8, broadcast to x's shape) is not 0, else x.
+  void (*masked_fill)(Ctx&, const Tensor& x, const Tensor& mask, float value, Tensor& y) = nullptr;
+  // y (x's shape with axis of size 1) = the sum, mean or max over axis (sums in double on the CPU;
+  // a NaN is the max).
+  void (*reduce_axis)(Ctx&, Reduction r, const Tensor& x, int axis, Tensor& y) = nullptr;
+  // The max's gradient over axis: dx = dy / (count of x == y along axis) where x == y, else 0.
+  void (*max_axis_backward)(Ctx&, const Tensor& x, const Tensor& y, const Tensor& dy, int axis, Tensor& dx) = nullptr;
+  // y = softmax(x) (log_softmax when log) along axis.
+  void (*softmax)(Ctx&, const Tensor& x, int axis, bool log, Tensor& y) = nullptr;
+  // From the forward's y: dx = y (dy - sum(dy y)), or for log_softmax dx = dy - exp(y) sum(dy).
+  void (*softmax_backward)(Ctx&, const Tensor& y, const Tensor& dy, int axis, bool log, Tensor& dx) = nullptr;
+  // (M, N) x, each row normalised: y = (x - mean) / sqrt(var + eps) * gamma + beta; gamma and beta
+  // (N) may be undefined (no scale, no shift). mean and var (M): the rows' mean and biased variance.
+  void (*layer_norm_forward)(Ctx&, float eps, const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
+                             Tensor& mean, Tensor& var) = nullptr;
+  // From the forward's mean and var; dgamma and dbeta are undefined where not wanted.
+  void (*layer_norm_backward)(Ctx&, float eps, const Tensor& x, const Tensor& dy, const Tensor& gamma,
+                              const Tensor& mean, const Tensor& var, Tensor& dx, Tensor& dgamma,
+                              Tensor& dbeta) = nullptr;
+  // (Ba, M, K) a (or (Ba, K, M) when transpose_a), (Bb, K, N) b (or (Bb, N, K)) -> (B, M, N) c, where
+  // Ba and Bb are B or 1 (a batch of 1 is used for every matrix of the other).
+  void (*batched_matmul)(Ctx&, const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b,
+                         Tensor& c) = nullptr;
+  // (B, H, Tq, D) q, (B, H, Tk, D) k, (B, H, Tk, Dv) v, mask (B or 1, H or 1, Tq, Tk) f32 added to
+  // the scores or undefined -> (B, H, Tq, Dv) y and (B, H, Tq) lse, the log-sum-exp of each query's
+  // scores (-inf, with y 0, for a query that sees no key). Memory-efficient: no (Tq, Tk) tensor.
+  void (*attention_forward)(Ctx&, const AttentionParams& p, const Tensor& q, const Tensor& k, const Tensor& v,
+                            const Tensor& mask, Tensor& y, Tensor& lse) = nullptr;
+  // The gradients of q, k and v (the mask gets none), recomputing the probabilities from lse.
+  void (*attention_backward)(Ctx&, const AttentionParams& p, const Tensor& q, const Tensor& k, const Tensor& v,
+                             const Tensor& mask, const Tensor& y, const Tensor& lse, const Tensor& dy, Tensor& dq,
+                             Tensor& dk, Tensor& dv) = nullptr;
+  // (V, D) weight, ids (any shape, i64, in [0, V)) -> y (ids..., D): rows gathered by id.
+  void (*embedding_forward)(Ctx&, const Tensor& weight, const Tensor& ids, Tensor& y) = nullptr;
+  // dweight (V, D) = for each id, the sum of dy's rows at its positions, in position order (the same
+  // bits every run: no floating-point atomics).
+  void (*embedding_backward)(Ctx&, const Tensor& ids, const Tensor& dy, Tensor& dweight) = nullptr;
 };
 
 }  // namespace tandem::backend

@@ -38,6 +38,28 @@ struct BatchNormSaved {
   Tensor workspace;  // backend-defined (for example the fused ReLU mask); may be undefined
 };
 
+// Pointwise functions of one tensor (ops.h's unary), each with its derivative (unary_backward).
+// GELU as PyTorch's: kGeluErf is x Phi(x) (approximate='none'), kGeluTanh the tanh approximation.
+enum class UnaryOp : uint8_t { kExp, kLog, kSqrt, kRsqrt, kTanh, kGeluErf, kGeluTanh };
+enum class BinaryOp : uint8_t { kAdd, kSub, kMul, kDiv };
+// max is torch.amax's: tied maxima share the gradient.
+enum class Reduction : uint8_t { kSum, kMean, kMax };
+
+// Labels equal to ignore_index take no part in cross-entropy (loss 0, gradient 0), as PyTorch's
+// ignore_index; the default ignores nothing.
+inline constexpr int64_t kNoIgnoreIndex = INT64_MIN;
+
+// scaled_dot_product_attention: softmax(q k^T scale + mask) v with dropout on the probabilities.
+// causal hides key j from query i when j > i + (Tk - Tq) (aligned bottom-right: equal to PyTorch's
+// is_causal when Tq == Tk, and a key/value cache's new queries see the whole past). Dropout draws
+// by position from dropout_seed (engine/backend/attention_math.h), the same on every backend.
+struct AttentionParams {
+  float scale = 1.0f;
+  bool causal = false;
+  float dropout_p = 0.0f;
+  uint64_t dropout_seed = 0;
+};
+
 // PyTorch's SGD: d = dw + weight_decay w; v = momentum v + (1 - dampening) d (v = d on the
 // first step); d = d + momentum v (nesterov) or v; w -= lr d.
 struct SgdParams {

@@ -3,6 +3,8 @@
 // allocator, and calls the kernel table of the context's device.
 #pragma once
 
+#include <span>
+#include <string_view>
 #include <vector>
 
 #include "engine/backend/op_params.h"
@@ -98,9 +100,11 @@ struct SoftmaxCrossEntropyForward {
   Tensor loss, probs;  // (N), (N, K)
 };
 SoftmaxCrossEntropyForward softmax_cross_entropy_forward(Ctx&, const Tensor& logits, const Tensor& labels,
-                                                         float label_smoothing = 0.0f);
+                                                         float label_smoothing = 0.0f,
+                                                         int64_t ignore_index = kNoIgnoreIndex);
 Tensor softmax_cross_entropy_backward(Ctx&, const Tensor& probs, const Tensor& labels, float label_smoothing,
-                                      const Tensor& dloss);
+                                      const Tensor& dloss,
+                                      int64_t ignore_index = kNoIgnoreIndex);
 
 // stats (3) += (loss * loss_scale, top-1 correct, N) on the device (kernels.h).
 void accumulate_classification_stats(Ctx&, const Tensor& loss, float loss_scale, const Tensor& logits,
@@ -125,5 +129,71 @@ double global_norm(Ctx&, const std::vector<Tensor>& x);
 // Scales every x in place by clip_factor(squared_norm, max_norm) (optim_math.h): PyTorch's
 // clip_grad_norm_ without reading the norm back to the host.
 void clip_by_global_norm(Ctx&, const std::vector<Tensor>& x, const Tensor& squared_norm, double max_norm);
+
+// ---- N-D tensors (ops_tensor.cpp). Dimensions may be negative (counted from the end); inputs of
+// any layout, a channels_last 4-D one read as its logical (N, C, H, W); outputs contiguous. ----
+
+// dim in [-rank, rank) as an index in [0, rank); InvalidArgument otherwise.
+int normalize_dim(std::string_view op, int dim, int rank);
+// NumPy's broadcast of two shapes (aligned right); InvalidArgument naming both when they do not.
+Shape broadcast_shapes(std::string_view op, const Shape& a, const Shape& b);
+// x itself when contiguous, else a contiguous copy of its logical values.
+Tensor contiguous(Ctx&, const Tensor& x);
+// x in the given memory format (a device-side permute where the layouts differ).
+Tensor as_format(Ctx&, const Tensor& x, MemoryFormat format);
+Tensor permute(Ctx&, const Tensor& x, std::span<const int> perm);  // any dtype
+Tensor transpose(Ctx&, const Tensor& x, int dim0, int dim1);
+Tensor expand(Ctx&, const Tensor& x, const Shape& shape);  // broadcast to shape, any dtype
+Tensor narrow(Ctx&, const Tensor& x, int dim, int64_t start, int64_t length);  // a copy of the window
+// dst[..., start:start + src.dim(dim), ...] = src (dst contiguous, written in place).
+void narrow_assign(Ctx&, Tensor& dst, int dim, int64_t start, const Tensor& src);
+Tensor concat(Ctx&, std::span<const Tensor> xs, int dim);
+Tensor binary(Ctx&, BinaryOp op, const Tensor& a, const Tensor& b);  // broadcasting
+Tensor unary(Ctx&, UnaryOp op, const Tensor& x);
+Tensor unary_backward(Ctx&, UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy);
+Tensor masked_fill(Ctx&, const Tensor& x, const Tensor& mask, float value);  // mask u8, broadcast to x
+// Over dims (all of them when empty), keeping each as size 1 when keepdim.
+Tensor reduce(Ctx&, Reduction r, const Tensor& x, std::span<const int> dims, bool keepdim);
+// The shape reduce gives: x's with dims (all when empty) set to 1, or removed without keepdim.
+Shape reduced_shape(std::string_view op, const Shape& x, std::span<const int> dims, bool keepdim);
+// The gradient of reduce(kMax, x, dims) given dy of the keepdim (or squeezed) shape.
+Tensor max_backward(Ctx&, const Tensor& x, std::span<const int> dims, const Tensor& dy);
+// x summed down to shape, which x broadcasts from: the gradient of a broadcast.
+Tensor sum_to(Ctx&, const Tensor& x, const Shape& shape);
+Tensor softmax(Ctx&, const Tensor& x, int dim, bool log = false);
+Tensor softmax_backward(Ctx&, const Tensor& y, const Tensor& dy, int dim, bool log = false);
+
+// ---- The transformer's ops (ops_transformer.cpp). ----
+
+struct LayerNormForward {
+  Tensor y, mean, var;  // mean and var (rows): per normalised row, for the backward
+};
+// Normalises x over its last normalized_dims dimensions; weight and bias have their element count
+// (either may be undefined).
+LayerNormForward layer_norm_forward(Ctx&, const Tensor& x, int normalized_dims, const Tensor& weight,
+                                    const Tensor& bias, float eps);
+struct LayerNormGrads {
+  Tensor dx, dweight, dbias;  // dweight undefined without weight, dbias without with_bias
+};
+LayerNormGrads layer_norm_backward(Ctx&, const Tensor& x, const Tensor& dy, const Tensor& weight, bool with_bias,
+                                   const Tensor& mean, const Tensor& var, float eps);
+// torch.matmul for matrices: (..., M, K) a (or (..., K, M) when transpose_a) and (..., K, N) b (or
+// (..., N, K)), batch dimensions broadcast, -> (batch..., M, N).
+Tensor matmul_nd(Ctx&, const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
+
+struct AttentionForward {
+  Tensor y, lse;  // (B, H, Tq, Dv), (B, H, Tq)
+};
+AttentionForward attention_forward(Ctx&, const AttentionParams& p, const Tensor& q, const Tensor& k,
+                                   const Tensor& v, const Tensor& mask = {});
+struct AttentionGrads {
+  Tensor dq, dk, dv;
+};
+AttentionGrads attention_backward(Ctx&, const AttentionParams& p, const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor& mask, const Tensor& y, const Tensor& lse, const Tensor& dy);
+
+// (V, D) weight rows by i64 id (any shape) -> (ids..., D); the backward sums rows by id.
+Tensor embedding_forward(Ctx&, const Tensor& weight, const Tensor& ids);
+Tensor embedding_backward(Ctx&, const Tensor& ids, const Tensor& dy, int64_t num_embeddings);
 
 }  // namespace tandem::backend

@@ -154,7 +154,7 @@ void check_smoothing(std::string_view op, float s) {
 }  // namespace
 
 SoftmaxCrossEntropyForward softmax_cross_entropy_forward(Ctx& ctx, const Tensor& logits, const Tensor& labels,
-                                                         float label_smoothing) {
+                                                         float label_smoothing, int64_t ignore_index) {
   constexpr std::string_view op = "softmax_cross_entropy_forward";
   check_tensor(op, "logits", logits, ctx, DType::kF32, 2, "(N, K)");
   TANDEM_CHECK(logits.dim(1) > 0, ErrorCode::kInvalidArgument, "{}: logits {} has no classes", op,
@@ -164,12 +164,12 @@ SoftmaxCrossEntropyForward softmax_cross_entropy_forward(Ctx& ctx, const Tensor&
   auto fn = entry(table(ctx).softmax_cross_entropy_forward, op, ctx);
   SoftmaxCrossEntropyForward out{like(ctx, {logits.dim(0)}, MemoryFormat::kContiguous),
                                  like(ctx, logits.shape(), MemoryFormat::kContiguous)};
-  fn(ctx, logits, labels, label_smoothing, out.loss, out.probs);
+  fn(ctx, logits, labels, label_smoothing, ignore_index, out.loss, out.probs);
   return out;
 }
 
 Tensor softmax_cross_entropy_backward(Ctx& ctx, const Tensor& probs, const Tensor& labels, float label_smoothing,
-                                      const Tensor& dloss) {
+                                      const Tensor& dloss, int64_t ignore_index) {
   constexpr std::string_view op = "softmax_cross_entropy_backward";
   check_tensor(op, "probs", probs, ctx, DType::kF32, 2, "(N, K)");
   check_labels(op, labels, ctx, probs, "probs");
@@ -180,7 +180,7 @@ Tensor softmax_cross_entropy_backward(Ctx& ctx, const Tensor& probs, const Tenso
                probs.dim(0), probs.shape().str(), probs.dim(0));
   auto fn = entry(table(ctx).softmax_cross_entropy_backward, op, ctx);
   Tensor dlogits = like(ctx, probs.shape(), MemoryFormat::kContiguous);
-  fn(ctx, probs, labels, label_smoothing, dloss, dlogits);
+  fn(ctx, probs, labels, label_smoothing, ignore_index, dloss, dlogits);
   return dlogits;
 }
 

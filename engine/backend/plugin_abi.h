@@ -17,7 +17,9 @@ extern "C" {
 // 4: the kernel table gained SyncBatchNorm's halves and clip_by_global_norm.
 // 5: the kernel table gained add_relu (a residual sum and its ReLU in one pass).
 // 7: the kernel table gained batchnorm_add_relu_forward_training (batch norm, residual sum, ReLU).
-inline constexpr int kTandemCudaPluginAbi = 7;
+// 8: the kernel table gained the N-D and transformer ops (permute ... embedding_backward), and
+//    cross-entropy takes ignore_index.
+inline constexpr int kTandemCudaPluginAbi = 8;
 inline constexpr const char* kTandemCudaPluginEntry = "tandem_cuda_plugin_init";
 // Returns the kernel table without initialising CUDA (no driver call): for tests and the doctor.
 inline constexpr const char* kTandemCudaKernelTableEntry = "tandem_cuda_kernel_table";

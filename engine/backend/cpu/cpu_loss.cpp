@@ -13,12 +13,14 @@ namespace {
 
 // Labels are data, not shapes: they are checked here, before any parallel loop, so a bad one
 // is an error naming its row rather than a read past the end of a row.
-void check_labels(const char* op, const Tensor& labels, int64_t classes) {
+void check_labels(const char* op, const Tensor& labels, int64_t classes, int64_t ignore_index) {
   const int64_t* l = labels.data<int64_t>();
   for (int64_t i = 0; i < labels.numel(); ++i) {
-    TANDEM_CHECK(l[i] >= 0 && l[i] < classes, ErrorCode::kInvalidArgument,
-                 "{}: labels[{}] = {} is outside [0, {}) for logits with {} classes", op, i, l[i], classes,
-                 classes);
+    if ((l[i] >= 0 && l[i] < classes) || l[i] == ignore_index) continue;
+    const std::string ignored =
+        ignore_index == kNoIgnoreIndex ? std::string() : fmt::format(" and is not ignore_index {}", ignore_index);
+    throw_error(ErrorCode::kInvalidArgument, "{}: labels[{}] = {} is outside [0, {}) for logits with {} classes{}", op,
+                i, l[i], classes, classes, ignored);
   }
 }
 
@@ -47,10 +49,10 @@ void accumulate_classification_stats(Ctx&, const Tensor& loss, float loss_scale,
 }
 
 void softmax_cross_entropy_forward(Ctx& ctx, const Tensor& logits, const Tensor& labels, float label_smoothing,
-                                   Tensor& loss, Tensor& probs) {
+                                   int64_t ignore_index, Tensor& loss, Tensor& probs) {
   apply_thread_budget(ctx);
   int64_t rows = logits.dim(0), k = logits.dim(1);
-  check_labels("softmax_cross_entropy_forward", labels, k);
+  check_labels("softmax_cross_entropy_forward", labels, k, ignore_index);
   const float* z = logits.data<float>();
   const int64_t* l = labels.data<int64_t>();
   float* out = loss.data<float>();
@@ -68,15 +70,15 @@ void softmax_cross_entropy_forward(Ctx& ctx, const Tensor& logits, const Tensor&
     }
     double lse = loss_math::lse_value(acc);
     for (int64_t j = 0; j < k; ++j) pr[i * k + j] = loss_math::softmax_prob(zi[j], lse);
-    out[i] = loss_math::cross_entropy_loss(lse, zi[l[i]], sz, label_smoothing, k);
+    out[i] = l[i] == ignore_index ? 0.0f : loss_math::cross_entropy_loss(lse, zi[l[i]], sz, label_smoothing, k);
   }
 }
 
 void softmax_cross_entropy_backward(Ctx& ctx, const Tensor& probs, const Tensor& labels, float label_smoothing,
-                                    const Tensor& dloss, Tensor& dlogits) {
+                                    int64_t ignore_index, const Tensor& dloss, Tensor& dlogits) {
   apply_thread_budget(ctx);
   int64_t rows = probs.dim(0), k = probs.dim(1);
-  check_labels("softmax_cross_entropy_backward", labels, k);
+  check_labels("softmax_cross_entropy_backward", labels, k, ignore_index);
   const float* pr = probs.data<float>();
   const int64_t* l = labels.data<int64_t>();
   const float* g = dloss.data<float>();
@@ -84,6 +86,10 @@ void softmax_cross_entropy_backward(Ctx& ctx, const Tensor& probs, const Tensor&
   loss_math::SmoothedTarget t = loss_math::smoothed_target(label_smoothing, k);
 #pragma omp parallel for schedule(static) if (rows * k >= kParallelGrain)
   for (int64_t i = 0; i < rows; ++i) {
+    if (l[i] == ignore_index) {
+      for (int64_t j = 0; j < k; ++j) dz[i * k + j] = 0.0f;
+      continue;
+    }
     for (int64_t j = 0; j < k; ++j) {
       dz[i * k + j] = loss_math::cross_entropy_grad(g[i], pr[i * k + j], loss_math::target_value(t, j, l[i]));
     }

@@ -53,7 +53,45 @@ void run_matmul(Ctx& ctx, const Tensor& a, const Tensor& b, bool ta, bool tb, co
   execute("matmul::execute", {&a, &b, &bias, &c}, plan.prim, args);
 }
 
+struct BatchedPlan {
+  memory::desc a_md, b_md, c_md;
+  dnnl::matmul::primitive_desc pd;
+  dnnl::matmul prim;
+};
+
+// The logical (batch, rows, cols) matrices of a 3-D tensor stored transposed when transposed;
+// a batch of 1 broadcasts over the other operand's batch (oneDNN's matmul broadcasts it).
+memory::desc batched_md(const Tensor& t, bool transposed) {
+  const int64_t batch = t.dim(0);
+  const int64_t rows = transposed ? t.dim(2) : t.dim(1), cols = transposed ? t.dim(1) : t.dim(2);
+  const int64_t matrix = rows * cols;
+  memory::dims strides = transposed ? memory::dims{matrix, 1, rows} : memory::dims{matrix, cols, 1};
+  return memory::desc({batch, rows, cols}, memory::data_type::f32, strides);
+}
+
 }  // namespace
+
+void batched_matmul(Ctx& ctx, const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b, Tensor& c) {
+  apply_thread_budget(ctx);
+  if (c.numel() == 0) return;
+  static PlanCache<BatchedPlan> cache;
+  PlanKey key(2);
+  key.add(a.shape().dims()).add(b.shape().dims()).add({transpose_a ? 1 : 0, transpose_b ? 1 : 0, ctx.num_threads()});
+  const BatchedPlan& plan = cache.get(key, [&] {
+    return dnnl_check("matmul::primitive_desc (batched)", {&a, &b, &c}, [&] {
+      BatchedPlan m{batched_md(a, transpose_a), batched_md(b, transpose_b), batched_md(c, false), {}, {}};
+      m.pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(m.a_md, m.b_md, m.c_md), user_scratchpad_attr(),
+                                          cpu_engine());
+      m.prim = dnnl::matmul(m.pd);
+      return m;
+    });
+  });
+  Args args{{DNNL_ARG_SRC, make_memory(plan.a_md, a)},
+            {DNNL_ARG_WEIGHTS, make_memory(plan.b_md, b)},
+            {DNNL_ARG_DST, make_memory(plan.c_md, c)}};
+  Tensor scratch = add_scratchpad(ctx, plan.pd, args);
+  execute("matmul::execute (batched)", {&a, &b, &c}, plan.prim, args);
+}
 
 void matmul(Ctx& ctx, const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b, Tensor& c) {
   run_matmul(ctx, a, b, transpose_a, transpose_b, Tensor(), c);

@@ -64,9 +64,9 @@ void broadcast_scalar(Ctx&, const Tensor& s, Tensor& y);
 
 // cuda_loss.cu
 void softmax_cross_entropy_forward(Ctx&, const Tensor& logits, const Tensor& labels, float label_smoothing,
-                                   Tensor& loss, Tensor& probs);
+                                   int64_t ignore_index, Tensor& loss, Tensor& probs);
 void softmax_cross_entropy_backward(Ctx&, const Tensor& probs, const Tensor& labels, float label_smoothing,
-                                    const Tensor& dloss, Tensor& dlogits);
+                                    int64_t ignore_index, const Tensor& dloss, Tensor& dlogits);
 void accumulate_classification_stats(Ctx&, const Tensor& loss, float loss_scale, const Tensor& logits,
                                      const Tensor& labels, Tensor& stats);
 void dropout_forward(Ctx&, const Tensor& x, float p, Tensor& y, Tensor& mask);
@@ -81,5 +81,42 @@ void clip_by_global_norm(Ctx&, const Tensor* x, size_t count, const Tensor& squa
 
 // The whole table; touches no driver, so a test can check it on a machine without a GPU.
 const KernelTable& kernel_table();
+
+// cuda_shape.cu
+void permute(Ctx&, const Tensor& x, std::span<const int> perm, Tensor& y);
+void expand(Ctx&, const Tensor& x, Tensor& y);
+void copy_window(Ctx&, const Tensor& x, int axis, int64_t x_start, Tensor& y, int64_t y_start, int64_t length);
+
+// cuda_pointwise.cu
+void binary(Ctx&, BinaryOp op, const Tensor& a, const Tensor& b, Tensor& y);
+void unary(Ctx&, UnaryOp op, const Tensor& x, Tensor& y);
+void unary_backward(Ctx&, UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx);
+void masked_fill(Ctx&, const Tensor& x, const Tensor& mask, float value, Tensor& y);
+
+// cuda_reduce_ops.cu
+void reduce_axis(Ctx&, Reduction r, const Tensor& x, int axis, Tensor& y);
+void max_axis_backward(Ctx&, const Tensor& x, const Tensor& y, const Tensor& dy, int axis, Tensor& dx);
+void softmax(Ctx&, const Tensor& x, int axis, bool log, Tensor& y);
+void softmax_backward(Ctx&, const Tensor& y, const Tensor& dy, int axis, bool log, Tensor& dx);
+
+// cuda_layer_norm.cu
+void layer_norm_forward(Ctx&, float eps, const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
+                        Tensor& mean, Tensor& var);
+void layer_norm_backward(Ctx&, float eps, const Tensor& x, const Tensor& dy, const Tensor& gamma, const Tensor& mean,
+                         const Tensor& var, Tensor& dx, Tensor& dgamma, Tensor& dbeta);
+
+// cuda_bmm.cpp (cuBLAS)
+void batched_matmul(Ctx&, const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b, Tensor& c);
+
+// cuda_attention.cu (tiled kernels; other head sizes through cuda_attention_unfused.cu)
+void attention_forward(Ctx&, const AttentionParams& p, const Tensor& q, const Tensor& k, const Tensor& v,
+                       const Tensor& mask, Tensor& y, Tensor& lse);
+void attention_backward(Ctx&, const AttentionParams& p, const Tensor& q, const Tensor& k, const Tensor& v,
+                        const Tensor& mask, const Tensor& y, const Tensor& lse, const Tensor& dy, Tensor& dq,
+                        Tensor& dk, Tensor& dv);
+
+// cuda_embedding.cu
+void embedding_forward(Ctx&, const Tensor& weight, const Tensor& ids, Tensor& y);
+void embedding_backward(Ctx&, const Tensor& ids, const Tensor& dy, Tensor& dweight);
 
 }  // namespace tandem::backend::cuda

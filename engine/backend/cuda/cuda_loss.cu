@@ -2,7 +2,7 @@
 // inverted dropout. The per-row arithmetic of the loss is loss_math.h, shared with the CPU kernel.
 // Labels live on the device and are never read on the host: a label outside [0, K) makes that
 // row's loss and gradient NaN (the trainer's loss check then reports it) and is never used as an
-// index.
+// index, unless it is ignore_index: that row's loss and gradient are 0.
 
 #include <cuda_runtime.h>
 
@@ -46,7 +46,7 @@ __device__ __forceinline__ int64_t row_stride() { return static_cast<int64_t>(gr
 // a butterfly exchange merges them. lse_combine and + are symmetric, so all lanes end with the
 // same bits and the row's result does not depend on which lane writes it.
 __global__ void softmax_xent_forward_kernel(const float* logits, const int64_t* labels, int64_t rows, int64_t k,
-                                            float smoothing, float* loss, float* probs) {
+                                            float smoothing, int64_t ignore_index, float* loss, float* probs) {
   const int lane = threadIdx.x % kWarpSize;
   for (int64_t row = first_row(); row < rows; row += row_stride()) {
     const float* z = logits + row * k;
@@ -67,20 +67,24 @@ __global__ void softmax_xent_forward_kernel(const float* logits, const int64_t* 
     for (int64_t j = lane; j < k; j += kWarpSize) p[j] = lm::softmax_prob(z[j], lse);
     if (lane == 0) {
       const int64_t label = labels[row];
-      loss[row] = lm::label_in_range(label, k) ? lm::cross_entropy_loss(lse, z[label], sum_z, smoothing, k) : NAN;
+      loss[row] = label == ignore_index            ? 0.0f
+                  : lm::label_in_range(label, k) ? lm::cross_entropy_loss(lse, z[label], sum_z, smoothing, k)
+                                                 : NAN;
     }
   }
 }
 
 // Flat over the N x K gradient: each element needs only its row's label and dloss.
 __global__ void softmax_xent_backward_kernel(const float* probs, const int64_t* labels, const float* dloss,
-                                             int64_t rows, int64_t k, lm::SmoothedTarget target, float* dlogits) {
+                                             int64_t rows, int64_t k, lm::SmoothedTarget target, int64_t ignore_index,
+                                             float* dlogits) {
   const int64_t n = rows * k;
   for (int64_t i = global_thread_index(); i < n; i += grid_stride()) {
     const int64_t row = i / k;
     const int64_t j = i - row * k;
     const int64_t label = labels[row];
-    dlogits[i] = lm::label_in_range(label, k)
+    dlogits[i] = label == ignore_index ? 0.0f
+                 : lm::label_in_range(label, k)
                      ? lm::cross_entropy_grad(dloss[row], probs[i], lm::target_value(target, j, label))
                      : NAN;
   }
@@ -169,25 +173,25 @@ float dropout_scale(float p) { return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f; }
 }  // namespace
 
 void softmax_cross_entropy_forward(Ctx& ctx, const Tensor& logits, const Tensor& labels, float label_smoothing,
-                                   Tensor& loss, Tensor& probs) {
+                                   int64_t ignore_index, Tensor& loss, Tensor& probs) {
   CudaContext& cc = tandem::cuda::cuda_context(ctx);
   const int64_t rows = logits.dim(0), k = logits.dim(1);
   if (rows == 0) return;
   softmax_xent_forward_kernel<<<row_blocks(rows), kRowThreads, 0, cc.stream()>>>(
-      logits.data<float>(), labels.data<int64_t>(), rows, k, label_smoothing, loss.data<float>(),
+      logits.data<float>(), labels.data<int64_t>(), rows, k, label_smoothing, ignore_index, loss.data<float>(),
       probs.data<float>());
   TANDEM_CUDA_LAUNCH_CHECK("softmax_xent_forward_kernel", "op=softmax_cross_entropy_forward logits={} labels={} s={}",
                            logits.shape().str(), labels.shape().str(), label_smoothing);
 }
 
 void softmax_cross_entropy_backward(Ctx& ctx, const Tensor& probs, const Tensor& labels, float label_smoothing,
-                                    const Tensor& dloss, Tensor& dlogits) {
+                                    int64_t ignore_index, const Tensor& dloss, Tensor& dlogits) {
   CudaContext& cc = tandem::cuda::cuda_context(ctx);
   const int64_t rows = probs.dim(0), k = probs.dim(1);
   Launch l = launch_for(rows * k);
   softmax_xent_backward_kernel<<<l.blocks, l.threads, 0, cc.stream()>>>(
       probs.data<float>(), labels.data<int64_t>(), dloss.data<float>(), rows, k,
-      lm::smoothed_target(label_smoothing, k), dlogits.data<float>());
+      lm::smoothed_target(label_smoothing, k), ignore_index, dlogits.data<float>());
   TANDEM_CUDA_LAUNCH_CHECK("softmax_xent_backward_kernel",
                            "op=softmax_cross_entropy_backward probs={} labels={} dloss={} s={}", probs.shape().str(),
                            labels.shape().str(), dloss.shape().str(), label_smoothing);
