@@ -86,7 +86,8 @@ TEST(RunSummaryTest, EveryFieldReadsBack) {
   EXPECT_EQ(j.at("dropped_examples").get<int64_t>(), 96);
   EXPECT_EQ(j.at("wall_time_s").get<double>(), 812.5);
   EXPECT_EQ(j.at("stop_signal").get<int>(), 15);
-  EXPECT_EQ(j.size(), 17u) << j.dump(2);
+  EXPECT_EQ(j.at("throughput_unit").get<std::string>(), "img");
+  EXPECT_EQ(j.size(), 18u) << j.dump(2);
 }
 
 TEST(RunSummaryTest, MetricsNotMeasuredAreLeftOutAndNaNIsNull) {
