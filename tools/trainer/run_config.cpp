@@ -1,6 +1,7 @@
 #include "tools/trainer/run_config.h"
 
 #include "engine/distribute/process_group.h"
+#include "tools/trainer/prepare_data.h"
 
 namespace tandem::tools {
 
@@ -12,6 +13,7 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
   TANDEM_CHECK(root.IsMap(), ErrorCode::kInvalidArgument, "config {}: expected a mapping of sections", path);
   yaml::Keys keys;
   train::add_train_keys(config.train, keys);
+  add_prepare_keys(config.train.prepare, keys);  // the sources tools/ can prepare, text ones included
   bool has_data = false;
   keys["data"] = [&](const YAML::Node& n, const std::string& p) {
     config.data = data::parse_pipeline_section(n, p);
