@@ -1,11 +1,17 @@
-// ResNet-50 training throughput on one GPU: the models registry's ResNet-50 on synthetic 224x224x3
-// input (1000 classes), per-replica batch 256, channels_last, SGD with momentum, in fp32, tf32 or
-// bf16 (ExecutionContext::options().precision). Prints images/s, step p50/p95 and the device
-// allocator's peak; bench/pytorch_resnet50.py is the same step in PyTorch, and
-// tools/scripts/gpu_check.sh runs both on the lent GPU and prints their ratio (docs/GPU_CHECK.md).
+// Training throughput on one GPU, in fp32, tf32 or bf16 (ExecutionContext::options().precision):
+//   --model resnet50 (default): the models registry's ResNet-50 on synthetic 224x224x3 input (1000
+//     classes), batch 256, channels_last, SGD with momentum; prints images/s. bench/pytorch_resnet50.py
+//     is the same step in PyTorch.
+//   --model gpt2: GPT-2 124M (nanoGPT's GPTConfig: block 1024, vocab 50304, 12 layers, 12 heads, 768
+//     wide, biases, dropout 0) on random tokens, batch 8 x 1024, AdamW (lr 6e-4, betas 0.9/0.95,
+//     weight decay 0.1 on 2-D weights); prints tokens/s. bench/pytorch_gpt2.py is the same step in
+//     PyTorch (eager attention and F.scaled_dot_product_attention).
+// Both print step p50/p95 and the device allocator's peak; tools/scripts/gpu_check.sh runs them
+// beside PyTorch on the lent GPU and prints the ratios (docs/GPU_CHECK.md).
 //
-//   gpu_train_bench [--precision fp32|tf32|bf16[,...]] [--batch N] [--steps N] [--warmup N]
-//                   [--format nhwc|nchw] [--device cuda:K] [--no-cudnn-benchmark] [--profile N] [--json]
+//   gpu_train_bench [--model resnet50|gpt2] [--precision fp32|tf32|bf16[,...]] [--batch N] [--steps N]
+//                   [--warmup N] [--format nhwc|nchw] [--device cuda:K] [--no-cudnn-benchmark] [--profile N]
+//                   [--json]
 //
 // --profile N: after the timed steps, N more steps with every kernel call fenced by a stream
 // synchronize (bench/support/kernel_timing.h), reported as milliseconds per step per kernel table
@@ -46,10 +52,12 @@ using tandem::Tensor;
 using Clock = std::chrono::steady_clock;
 
 constexpr int64_t kClasses = 1000, kSize = 224, kChannels = 3;
+constexpr int64_t kGptBlock = 1024, kGptVocab = 50304;
 
 struct Options {
+  std::string model = "resnet50";
   std::vector<Precision> precisions{Precision::kBf16};
-  int64_t batch = 256;
+  int64_t batch = 0;  // 0: the model's default (256 images, 8 sequences)
   int steps = 20, warmup = 5;
   MemoryFormat format = MemoryFormat::kChannelsLast;
   Device device = Device::cuda(0);
@@ -60,7 +68,7 @@ struct Options {
 
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
-               "gpu_train_bench: %s\nusage: gpu_train_bench [--precision fp32|tf32|bf16[,...]] [--batch N] "
+               "gpu_train_bench: %s\nusage: gpu_train_bench [--model resnet50|gpt2] [--precision fp32|tf32|bf16[,...]] [--batch N] "
                "[--steps N] [--warmup N] [--format nhwc|nchw] [--device cuda:K] [--no-cudnn-benchmark] [--profile N] "
                "[--json]\n",
                why.c_str());
@@ -96,7 +104,10 @@ Options parse(int argc, char** argv) {
       if (v.empty() || *end != '\0' || n < min) usage(a + " needs an integer >= " + std::to_string(min) + ", got " + v);
       return n;
     };
-    if (a == "--precision") o.precisions = parse_precisions(value());
+    if (a == "--model") {
+      o.model = value();
+      if (o.model != "resnet50" && o.model != "gpt2") usage("--model takes resnet50 or gpt2, got " + o.model);
+    } else if (a == "--precision") o.precisions = parse_precisions(value());
     else if (a == "--batch") o.batch = count(1);
     else if (a == "--steps") o.steps = static_cast<int>(count(1));
     else if (a == "--warmup") o.warmup = static_cast<int>(count(1));  // >= 1: cuDNN plans on the first step
@@ -120,8 +131,13 @@ Options parse(int argc, char** argv) {
       usage("unknown argument " + a);
     }
   }
+  if (o.batch == 0) o.batch = o.model == "gpt2" ? 8 : 256;
   return o;
 }
+
+bool is_gpt(const Options& o) { return o.model == "gpt2"; }
+// Examples per step times what each counts for: images, or the tokens a GPT predicts.
+int64_t items_per_step(const Options& o) { return is_gpt(o) ? o.batch * kGptBlock : o.batch; }
 
 double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
@@ -140,9 +156,18 @@ struct Result {
   std::vector<tandem::bench::KernelStats> kernels;
 };
 
+Tensor random_ids(const tandem::Shape& shape, int64_t below, uint64_t seed) {
+  tandem::Generator g(seed);
+  Tensor ids = Tensor::empty(shape, tandem::DType::kI64);
+  for (int64_t i = 0; i < ids.numel(); ++i) ids.data<int64_t>()[i] = static_cast<int64_t>(g.below(below));
+  return ids;
+}
+
 // Synthetic input made once on the host and copied to the device: the bench measures the step,
-// not a data pipeline. Random normals, never zeros (zeros run faster than real data on tensor cores).
+// not a data pipeline. Random normals, never zeros (zeros run faster than real data on tensor cores);
+// a GPT's tokens are drawn from GPT-2's 50257.
 Tensor make_input(const Options& o) {
+  if (is_gpt(o)) return random_ids({o.batch, kGptBlock}, 50257, 7).to(o.device);
   tandem::Generator g(7);
   Tensor x = Tensor::empty({o.batch, kChannels, kSize, kSize});
   float* p = x.data<float>();
@@ -151,6 +176,7 @@ Tensor make_input(const Options& o) {
 }
 
 Tensor make_labels(const Options& o) {
+  if (is_gpt(o)) return random_ids({o.batch, kGptBlock}, 50257, 11).to(o.device);
   tandem::Generator g(11);
   Tensor labels = Tensor::empty({o.batch}, tandem::DType::kI64);
   for (int64_t i = 0; i < o.batch; ++i) labels.data<int64_t>()[i] = static_cast<int64_t>(g.below(kClasses));
@@ -163,12 +189,17 @@ Result run(const Options& o, Precision precision) {
   ctx.options().precision = precision;
   ctx.options().cudnn_benchmark = o.cudnn_benchmark;
   tandem::nn::init::manual_seed(1);
-  auto model = tandem::models::create_model(
-      {.name = "resnet50", .num_classes = kClasses, .in_channels = kChannels, .input_size = kSize});
+  auto model = is_gpt(o) ? tandem::models::create_model({.name = "gpt", .block_size = kGptBlock, .vocab_size = kGptVocab,
+                                                          .n_layer = 12, .n_head = 12, .n_embd = 768, .bias = true})
+                         : tandem::models::create_model({.name = "resnet50", .num_classes = kClasses,
+                                                          .in_channels = kChannels, .input_size = kSize});
   model->to(o.device);
   model->train();
-  auto optimizer = tandem::optim::make_optimizer(
-      model->named_parameters(), {.name = "sgd", .lr = 0.01f, .weight_decay = 1e-4f, .momentum = 0.9f});
+  const tandem::optim::OptimizerOptions sgd{.name = "sgd", .lr = 0.01f, .weight_decay = 1e-4f, .momentum = 0.9f};
+  const tandem::optim::OptimizerOptions adamw{.name = "adamw", .lr = 6e-4f, .weight_decay = 0.1f,
+                                              .exclude_norm_and_bias_from_weight_decay = true, .beta1 = 0.9f,
+                                              .beta2 = 0.95f};
+  auto optimizer = tandem::optim::make_optimizer(model->named_parameters(), is_gpt(o) ? adamw : sgd);
   Tensor x = make_input(o);
   Tensor labels = make_labels(o);
 
@@ -178,7 +209,7 @@ Result run(const Options& o, Precision precision) {
   auto step = [&] {
     optimizer->zero_grad();
     auto logits = model->forward(ctx, tandem::autograd::Variable(x));
-    loss = tandem::autograd::cross_entropy_loss(ctx, logits, labels, 0.0f, o.batch);
+    loss = tandem::autograd::cross_entropy_loss(ctx, logits, labels, 0.0f, items_per_step(o));
     loss.backward(&ctx);
     optimizer->step(ctx);
   };
@@ -203,7 +234,7 @@ Result run(const Options& o, Precision precision) {
   r.window_s = seconds(start, Clock::now());
   r.peak_bytes = ctx.allocator().stats().peak_bytes_in_use;
   if (o.profile_steps > 0) {
-    tandem::bench::install_timed_kernels(o.device.type, o.batch, [&ctx] { ctx.stream().synchronize(); });
+    tandem::bench::install_timed_kernels(o.device.type, items_per_step(o), [&ctx] { ctx.stream().synchronize(); });
     auto t0 = Clock::now();
     for (int i = 0; i < o.profile_steps; ++i) step();
     ctx.stream().synchronize();
@@ -248,25 +279,26 @@ void print_profile(const Options& o, const Result& r) {
 }
 
 void print(const Options& o, const Result& r) {
-  double images_per_sec = static_cast<double>(o.batch) * o.steps / r.window_s;
+  const double per_sec = static_cast<double>(items_per_step(o)) * o.steps / r.window_s;
+  const char* unit = is_gpt(o) ? "tokens" : "images";
   std::string precision(tandem::precision_name(r.precision));
   if (o.json) {
-    std::printf("{\"engine\": \"tandem\", \"model\": \"resnet50\", \"device\": \"%s\", \"precision\": \"%s\", "
+    std::printf("{\"engine\": \"tandem\", \"model\": \"%s\", \"device\": \"%s\", \"precision\": \"%s\", "
                 "\"format\": \"%s\", \"batch\": %lld, \"steps\": %d, \"warmup\": %d, \"cudnn_benchmark\": %s, "
-                "\"images_per_sec\": %.2f, \"step_ms\": {\"p50\": %.3f, \"p95\": %.3f}, \"first_step_ms\": %.1f, "
+                "\"%s_per_sec\": %.2f, \"step_ms\": {\"p50\": %.3f, \"p95\": %.3f}, \"first_step_ms\": %.1f, "
                 "\"peak_bytes_in_use\": %lld, \"final_loss\": %.5f",
-                o.device.str().c_str(), precision.c_str(), format_flag(o.format), static_cast<long long>(o.batch),
-                o.steps, o.warmup, o.cudnn_benchmark ? "true" : "false", images_per_sec,
+                o.model.c_str(), o.device.str().c_str(), precision.c_str(), format_flag(o.format),
+                static_cast<long long>(o.batch), o.steps, o.warmup, o.cudnn_benchmark ? "true" : "false", unit, per_sec,
                 1e3 * percentile(r.step_s, 0.5), 1e3 * percentile(r.step_s, 0.95), 1e3 * r.first_step_s,
                 static_cast<long long>(r.peak_bytes), r.final_loss);
     print_profile(o, r);
     std::printf("}\n");
   } else {
-    std::printf("resnet50 %s %s on %s, batch %lld, %d timed steps after %d warm-up (first step %.0f ms)\n",
+    std::printf("%s %s %s on %s, batch %lld, %d timed steps after %d warm-up (first step %.0f ms)\n", o.model.c_str(),
                 precision.c_str(), format_flag(o.format), o.device.str().c_str(), static_cast<long long>(o.batch),
                 o.steps, o.warmup, 1e3 * r.first_step_s);
-    std::printf("  images/s %.1f   step p50 %.1f ms  p95 %.1f ms   peak device memory %.2f GiB   final loss %.4f\n",
-                images_per_sec, 1e3 * percentile(r.step_s, 0.5), 1e3 * percentile(r.step_s, 0.95),
+    std::printf("  %s/s %.1f   step p50 %.1f ms  p95 %.1f ms   peak device memory %.2f GiB   final loss %.4f\n", unit,
+                per_sec, 1e3 * percentile(r.step_s, 0.5), 1e3 * percentile(r.step_s, 0.95),
                 static_cast<double>(r.peak_bytes) / (1 << 30), r.final_loss);
     print_profile(o, r);
   }

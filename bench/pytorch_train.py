@@ -1,17 +1,22 @@
 #!/usr/bin/python3
 # The reference for bench/train_bench.cpp: the same models (CIFAR-style ResNet-20 with option B
-# projections, torchvision's ResNet-18, the MLP), batches, shapes, optimizer and timing in PyTorch,
-# printing the same figures as JSON lines. Run with Debian's /usr/bin/python3 (python3-torch);
+# projections, torchvision's ResNet-18, the MLP; with --config, a run config's GPT or ViT from
+# bench/torch_models.py), batches, shapes, optimizer and timing in PyTorch, printing the same
+# figures as JSON lines. Run with Debian's /usr/bin/python3 (python3-torch);
 # bench/run_train_bench.sh sets the malloc options.
 import argparse
 import json
 import os
 import resource
+import sys
 import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import torch_models  # noqa: E402
 
 # model: (batch, channels, size, classes), as train_bench's workloads() table.
 WORKLOADS = {"resnet20": (128, 1, 28, 10), "resnet18": (32, 3, 64, 200), "mlp": (128, 1, 28, 10)}
@@ -119,14 +124,50 @@ def percentile(values, q):
     return v[min(len(v) - 1, int(q * (len(v) - 1) + 0.5))]
 
 
+def from_config(path):
+    """The model, batch, inputs and optimizer of a run config (its model, train and optimizer sections)."""
+    import yaml
+    doc = yaml.safe_load(open(path))
+    c = torch_models.model_config(doc["model"])
+    train = doc.get("train", {})
+    batch = train.get("global_batch_size") or train["per_replica_batch_size"]
+    if c["name"] == "gpt":
+        model = torch_models.GPT(c)
+        x = torch.randint(0, c["vocab_size"], (batch, c["block_size"]))
+        labels = torch.randint(0, c["vocab_size"], (batch, c["block_size"]))
+    elif c["name"] == "vit":
+        model = torch_models.vit(c)
+        x = torch.randn(batch, c["in_channels"], c["image_size"], c["image_size"])
+        labels = torch.randint(0, c["num_classes"], (batch,))
+    else:
+        raise SystemExit(f"--config: model {c['name']} has no PyTorch twin here (use --model)")
+    o = doc.get("optimizer", {})
+    decay = o.get("weight_decay", 0.0)
+    if o.get("exclude_norm_and_bias_from_weight_decay", False):  # nanoGPT's rule: 2-D weights decay
+        params = [{"params": [p for p in model.parameters() if p.dim() >= 2], "weight_decay": decay},
+                  {"params": [p for p in model.parameters() if p.dim() < 2], "weight_decay": 0.0}]
+    else:
+        params = [{"params": list(model.parameters()), "weight_decay": decay}]
+    if o.get("name", "sgd") == "adamw":
+        optimizer = torch.optim.AdamW(params, lr=o.get("lr", 0.1), betas=(o.get("beta1", 0.9), o.get("beta2", 0.999)),
+                                      eps=o.get("eps", 1e-8))
+    else:
+        optimizer = torch.optim.SGD(params, lr=o.get("lr", 0.1), momentum=o.get("momentum", 0.9))
+    return c["name"], batch, model, x, labels, optimizer
+
+
 def run(fmt, args):
     torch.manual_seed(1)
-    batch, channels, size, classes = WORKLOADS[args.model]
-    memory_format = torch.channels_last if fmt == "nhwc" else torch.contiguous_format
-    model = make_model(args.model, channels, size, classes).to(memory_format=memory_format)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    x = torch.randn(batch, channels, size, size).contiguous(memory_format=memory_format)  # made once
-    labels = torch.randint(0, classes, (batch,))
+    if args.config:
+        name, batch, model, x, labels, optimizer = from_config(args.config)
+    else:
+        name = args.model
+        batch, channels, size, classes = WORKLOADS[args.model]
+        memory_format = torch.channels_last if fmt == "nhwc" else torch.contiguous_format
+        model = make_model(args.model, channels, size, classes).to(memory_format=memory_format)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        x = torch.randn(batch, channels, size, size).contiguous(memory_format=memory_format)  # made once
+        labels = torch.randint(0, classes, (batch,))
     steps, fwd, bwd, opt = [], 0.0, 0.0, 0.0
     loss = None
     for i in range(args.warmup + args.steps):
@@ -136,7 +177,8 @@ def run(fmt, args):
             start, cpu_start = time.perf_counter(), time.process_time()
         t0 = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(x), labels)
+        logits = model(x)
+        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1))
         t1 = time.perf_counter()
         loss.backward()
         t2 = time.perf_counter()
@@ -150,7 +192,7 @@ def run(fmt, args):
     n = args.steps
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
     return {
-        "engine": "pytorch", "torch": torch.__version__, "model": args.model, "format": fmt,
+        "engine": "pytorch", "torch": torch.__version__, "model": name, "format": fmt,
         "threads": torch.get_num_threads(), "batch": batch, "steps": n, "warmup": args.warmup,
         "images_per_sec": round(batch * n / wall, 2),
         "step_ms": {"p50": round(1e3 * percentile(steps, 0.5), 3), "p95": round(1e3 * percentile(steps, 0.95), 3)},
@@ -173,7 +215,10 @@ def main():
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--threads", type=int, default=0, help="0: every core this process may use")
     p.add_argument("--format", choices=("nchw", "nhwc", "both"), default="both")
+    p.add_argument("--config", help="a run config: its model (gpt or vit), train batch and optimizer")
     args = p.parse_args()
+    if args.config and args.format == "both":
+        args.format = "nchw"
     torch.set_num_threads(args.threads or len(os.sched_getaffinity(0)))
     for fmt in ("nchw", "nhwc") if args.format == "both" else (args.format,):
         print(json.dumps(run(fmt, args)), flush=True)

@@ -2,14 +2,16 @@
 # A training step, ours (bench/train_bench.cpp) against PyTorch (bench/pytorch_train.py), run
 # alternately, round by round, so the drift of a shared machine hits both alike; prints the ratio of
 # each round, their median, and beside them the floor: our step's convolutions alone (oneDNN's time,
-# which PyTorch spends too). --model resnet20 (default), resnet18 or mlp (NCHW only: it has no images).
+# which PyTorch spends too). --model resnet20 (default), resnet18 or mlp (NCHW only: it has no images);
+# or --config FILE: a run config's model, batch and optimizer (the GPT of configs/gpt.yaml, the ViT
+# of configs/vit.yaml), NCHW only.
 # Builds nothing: build train_bench first (docs/PERFORMANCE.md gives the commands).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${TRAIN_BENCH:-$root/build-bench/bench/train_bench}
 python=${PYTHON:-/usr/bin/python3}  # Debian's python3-torch; a pyenv python3 on PATH has no torch
-rounds=3 steps=5 warmup=2 threads=0 formats="nchw nhwc" model=resnet20
+rounds=3 steps=5 warmup=2 threads=0 formats="nchw nhwc" model=resnet20 config=""
 
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -19,7 +21,8 @@ while [[ $# -gt 0 ]]; do
     --threads) threads=$2; shift 2 ;;
     --format) [[ $2 == both ]] && formats="nchw nhwc" || formats=$2; shift 2 ;;
     --model) model=$2; shift 2 ;;
-    *) echo "usage: $0 [--model resnet20|resnet18|mlp] [--rounds N] [--steps N] [--warmup N] [--threads N]" \
+    --config) config=$2; shift 2 ;;
+    *) echo "usage: $0 [--model resnet20|resnet18|mlp | --config FILE] [--rounds N] [--steps N] [--warmup N] [--threads N]" \
             "[--format nchw|nhwc|both]" >&2; exit 2 ;;
   esac
 done
@@ -42,10 +45,15 @@ if ! "$python" -c 'import torch' 2>/dev/null; then
 fi
 
 [[ $model == mlp ]] && formats=nchw  # a flat input: channels_last means nothing to it
+[[ -n $config ]] && formats=nchw model=$(basename "$config" .yaml)
+# PyTorch's matmuls go through the system's libblas.so.3: Debian's reference BLAS (3 GFLOP/s) unless
+# an optimised one is installed (libopenblas0-pthread switches the alternative): say which.
+echo "PyTorch's BLAS: $(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2>/dev/null || echo unknown)"
 results=$(mktemp --suffix=.jsonl)
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)   malloc: MALLOC_TRIM_THRESHOLD_=$MALLOC_TRIM_THRESHOLD_" \
      "MALLOC_MMAP_THRESHOLD_=$MALLOC_MMAP_THRESHOLD_   $model, steps $steps after $warmup warm-up, $rounds rounds"
-args=(--model "$model" --steps "$steps" --warmup "$warmup" --threads "$threads")
+args=(--steps "$steps" --warmup "$warmup" --threads "$threads")
+if [[ -n $config ]]; then args+=(--config "$config"); else args+=(--model "$model"); fi
 tag() { sed "s/^{/{\"round\": $round, /" >>"$results"; }  # JSON lines, each marked with its round
 ours() { "$bin" "${args[@]}" --format "$fmt" --json | tag || echo "train_bench failed ($fmt, round $round)" >&2; }
 theirs() { "$python" "$root/bench/pytorch_train.py" "${args[@]}" --format "$fmt" | tag || echo "PyTorch failed ($fmt)" >&2; }

@@ -22,6 +22,8 @@
 
 #include "bench/support/kernel_timing.h"
 #include "engine/autograd/ops.h"
+#include "engine/core/yaml_walk.h"
+#include "engine/train/config.h"
 #include "engine/backend/registry.h"
 #include "engine/core/allocator.h"
 #include "engine/core/random.h"
@@ -41,18 +43,34 @@ using tandem::bench::kernel_stats;
 using tandem::bench::KernelStats;
 using tandem::bench::reset_kernel_stats;
 
-// The shapes of one bench: the PyTorch twin (bench/pytorch_train.py) uses the same table.
+// The shapes of one bench: the PyTorch twin (bench/pytorch_train.py) uses the same table, or the
+// same config file (--config: its model section, train batch and optimizer).
 struct Workload {
   std::string model;
   int64_t batch, channels, size, classes;
   std::vector<int64_t> hidden;  // mlp only
+  tandem::nn::ModelSpec spec;   // --config: the whole model section
+  tandem::optim::OptimizerOptions optimizer{.name = "sgd", .lr = 0.1f, .momentum = 0.9f};
+  bool from_config = false;
 };
 
 const std::vector<Workload>& workloads() {
-  static const std::vector<Workload> all{{"resnet20", 128, 1, 28, 10, {}},
-                                         {"resnet18", 32, 3, 64, 200, {}},
-                                         {"mlp", 128, 1, 28, 10, {512, 512}}};
+  static const std::vector<Workload> all{{"resnet20", 128, 1, 28, 10, {}, {}, {}, false},
+                                         {"resnet18", 32, 3, 64, 200, {}, {}, {}, false},
+                                         {"mlp", 128, 1, 28, 10, {512, 512}, {}, {}, false}};
   return all;
+}
+
+// The model, batch and optimizer of a run config (the data sections are not read).
+Workload workload_from_config(const std::string& path) {
+  tandem::train::TrainConfig c;
+  tandem::yaml::Keys keys;
+  tandem::train::add_train_keys(c, keys);
+  for (const char* section : {"data", "eval_data"}) keys[section] = [](auto&, auto&) {};
+  tandem::yaml::walk(tandem::yaml::load_file(path), "", keys);
+  Workload w{c.model.name, c.loop.global_batch_size > 0 ? c.loop.global_batch_size : c.loop.per_replica_batch_size,
+             c.model.in_channels, c.model.input_size, c.model.num_classes, c.model.hidden, c.model, c.optimizer, true};
+  return w;
 }
 
 int64_t tally_batch = 128;  // the chosen workload's batch: the per-kernel tally tells activations by it
@@ -66,7 +84,7 @@ struct Options {
 
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
-               "train_bench: %s\nusage: train_bench [--model resnet20|resnet18|mlp] [--steps N] [--warmup N] "
+               "train_bench: %s\nusage: train_bench [--model resnet20|resnet18|mlp | --config FILE] [--steps N] [--warmup N] "
                "[--threads N] [--format nchw|nhwc|both] [--json] [--profile]\n",
                why);
   std::exit(2);
@@ -92,7 +110,10 @@ Options parse(int argc, char** argv) {
     else if (a == "--threads") o.threads = count(0);
     else if (a == "--json") o.json = true;
     else if (a == "--profile") o.profile = true;
-    else if (a == "--model") {
+    else if (a == "--config") {
+      o.workload = workload_from_config(value());
+      if (!o.workload.spec.channels_last) o.formats = {MemoryFormat::kContiguous};
+    } else if (a == "--model") {
       std::string m = value();
       auto it = std::find_if(workloads().begin(), workloads().end(), [&](const Workload& w) { return w.model == m; });
       if (it == workloads().end()) usage(("--model must be resnet20, resnet18 or mlp, got " + m).c_str());
@@ -167,18 +188,34 @@ struct Result {
 Result run(const Options& o, MemoryFormat format) {
   const Workload& w = o.workload;
   tandem::nn::init::manual_seed(1);
-  auto model = tandem::models::create_model({.name = w.model, .num_classes = w.classes, .in_channels = w.channels,
-                                             .input_size = w.size, .hidden = w.hidden});
-  auto optimizer = tandem::optim::make_optimizer(model->named_parameters(), {.name = "sgd", .lr = 0.1f, .momentum = 0.9f});
+  tandem::nn::ModelSpec spec = w.spec;
+  if (!w.from_config) {
+    spec = {.name = w.model, .num_classes = w.classes, .in_channels = w.channels, .input_size = w.size,
+            .hidden = w.hidden};
+  }
+  auto model = tandem::models::create_model(spec);
+  auto optimizer = tandem::optim::make_optimizer(model->named_parameters(), w.optimizer);
   ExecutionContext ctx(Device::cpu(), o.threads);
 
-  // Inputs and labels made once: the bench measures the step, not a data pipeline.
+  // Inputs and labels made once: the bench measures the step, not a data pipeline. A GPT reads
+  // block_size random tokens per example and predicts as many.
   tandem::Generator g(7);
-  Tensor x = Tensor::empty({w.batch, w.channels, w.size, w.size});
-  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = g.normal();
-  x = x.to_format(format);
-  Tensor labels = Tensor::empty({w.batch}, tandem::DType::kI64);
-  for (int64_t i = 0; i < w.batch; ++i) labels.data<int64_t>()[i] = static_cast<int64_t>(g.below(w.classes));
+  const bool text = spec.name == "gpt";
+  Tensor x, labels;
+  if (text) {
+    x = Tensor::empty({w.batch, spec.block_size}, tandem::DType::kI64);
+    labels = Tensor::empty({w.batch, spec.block_size}, tandem::DType::kI64);
+    for (Tensor* t : {&x, &labels}) {
+      for (int64_t i = 0; i < t->numel(); ++i) t->data<int64_t>()[i] = static_cast<int64_t>(g.below(spec.vocab_size));
+    }
+  } else {
+    x = Tensor::empty({w.batch, w.channels, w.size, w.size});
+    for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = g.normal();
+    x = x.to_format(format);
+    labels = Tensor::empty({w.batch}, tandem::DType::kI64);
+    for (int64_t i = 0; i < w.batch; ++i) labels.data<int64_t>()[i] = static_cast<int64_t>(g.below(w.classes));
+  }
+  const int64_t divisor = labels.numel();  // the mean over examples (over tokens for a GPT)
 
   Result r;
   r.format = format;
@@ -187,7 +224,7 @@ Result run(const Options& o, MemoryFormat format) {
     auto t0 = Clock::now();
     optimizer->zero_grad();
     auto logits = model->forward(ctx, tandem::autograd::Variable(x));
-    auto loss = tandem::autograd::cross_entropy_loss(ctx, logits, labels, 0.0f, w.batch);
+    auto loss = tandem::autograd::cross_entropy_loss(ctx, logits, labels, 0.0f, divisor);
     auto t1 = Clock::now();
     loss.backward(&ctx);
     auto t2 = Clock::now();

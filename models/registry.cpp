@@ -5,8 +5,10 @@
 #include <mutex>
 
 #include "engine/core/suggest.h"
+#include "models/gpt.h"
 #include "models/resnet.h"
 #include "models/simple.h"
+#include "models/vit.h"
 
 namespace tandem::models {
 namespace {
@@ -47,6 +49,8 @@ std::vector<std::string> built_in_names() {
   for (const auto& [name, depth] : cifar_resnets()) names.push_back(name);
   names.push_back("mlp");
   names.push_back("small_cnn");
+  names.push_back("vit");
+  names.push_back("gpt");
   return names;
 }
 
@@ -98,6 +102,15 @@ std::shared_ptr<nn::Module> create_model(const ModelSpec& spec) {
     return make_mlp(spec.in_channels * spec.input_size * spec.input_size, spec.hidden, spec.num_classes);
   }
   if (spec.name == "small_cnn") return make_small_cnn(spec.in_channels, spec.num_classes);
+  if (spec.name == "vit") {
+    return std::make_shared<Vit>(VitConfig{spec.input_size, spec.patch_size, spec.num_layers, spec.num_heads,
+                                           spec.hidden_dim, spec.mlp_dim, spec.dropout, spec.attention_dropout,
+                                           spec.num_classes, spec.in_channels});
+  }
+  if (spec.name == "gpt") {
+    return std::make_shared<Gpt>(
+        GptConfig{spec.block_size, spec.vocab_size, spec.n_layer, spec.n_head, spec.n_embd, spec.dropout, spec.bias});
+  }
   if (ModelFactory factory = registered_factory(spec.name)) {
     std::shared_ptr<nn::Module> model = factory(spec);
     TANDEM_CHECK(model != nullptr, ErrorCode::kInvalidArgument, "the factory registered for model '{}' returned null",

@@ -1,5 +1,6 @@
 // Models by name, as a config names them: resnet18/34/50/101/152, resnet20/32/44/56/110
-// (CIFAR-style), mlp and small_cnn, and any a program registers (register_model), so that its
+// (CIFAR-style), mlp, small_cnn, vit (torchvision's VisionTransformer) and gpt (nanoGPT's GPT),
+// and any a program registers (register_model), so that its
 // YAML configs and the `trainer` verbs it runs (tools/cli.h) can name them. Input channels,
 // input size and class count come from the config (1x28x28 and 10 classes for Fashion-MNIST).
 #pragma once
@@ -9,17 +10,12 @@
 #include <string>
 #include <vector>
 
+#include "engine/nn/model_spec.h"
 #include "engine/nn/module.h"
 
 namespace tandem::models {
 
-struct ModelSpec {
-  std::string name;
-  int64_t num_classes = 10;
-  int64_t in_channels = 3;
-  int64_t input_size = 32;              // height = width of the input images
-  std::vector<int64_t> hidden = {256};  // mlp only: hidden layer widths
-};
+using ModelSpec = nn::ModelSpec;
 
 // Every name create_model takes: the built-in ones, then the registered ones.
 std::vector<std::string> model_names();

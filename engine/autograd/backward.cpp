@@ -15,6 +15,17 @@ namespace {
 
 using VariablePtr = std::shared_ptr<VariableData>;
 
+// A second backward through a graph must fail, not treat the freed ops as leaves (which gave the
+// loss a gradient of 1 and its parameters none).
+// `consumer` names the op that took v as input; null when v is the loss itself.
+void check_not_freed(const VariableData& v, const std::string* consumer) {
+  if (!v.graph_freed) return;
+  throw_error(ErrorCode::kFailedPrecondition,
+              "backward through a graph that an earlier backward already ran and freed ({} {}); run the "
+              "forward pass again to build a new graph for each backward",
+              consumer ? "an input of " + *consumer + "," : "the loss,", v.value.describe());
+}
+
 // Topological order of the recorded variables reachable from root (root first), and for
 // each variable the number of its uses as an input within that graph. The order holds each
 // variable alive until its turn: the node that produced it may be freed before then.
@@ -27,6 +38,7 @@ void order_graph(const VariablePtr& root, std::vector<VariablePtr>& order,
     if (v->grad_fn && next < v->grad_fn->inputs.size()) {
       const VariablePtr& in = v->grad_fn->inputs[next++].shared_data();
       if (!in->requires_grad) continue;
+      check_not_freed(*in, &v->grad_fn->op);
       ++uses[in.get()];
       if (visited.insert(in.get()).second) stack.push_back({in, 0});
       continue;
@@ -80,6 +92,7 @@ void Variable::backward(ExecutionContext* ctx_in) {
                value().describe());
   TANDEM_CHECK(value().numel() == 1, ErrorCode::kInvalidArgument,
                "backward needs a scalar loss, got {}; reduce it first (sum or mean)", value().describe());
+  check_not_freed(*data_, nullptr);
   std::optional<ExecutionContext> own_ctx;
   if (ctx_in == nullptr) own_ctx.emplace(value().device(), 1);
   ExecutionContext& ctx = ctx_in ? *ctx_in : *own_ctx;
@@ -103,17 +116,21 @@ void Variable::backward(ExecutionContext* ctx_in) {
     Tensor dy = std::move(pending[v.get()]);
     pending.erase(v.get());
     std::shared_ptr<Node> node = std::move(v->grad_fn);  // frees the node's saved tensors when done
+    v->graph_freed = true;
     std::vector<Tensor> dxs = run_backward(*node, dy, pending);
-    TANDEM_CHECK(dxs.size() == node->inputs.size(), ErrorCode::kInternal,
-                 "backward of {} returned {} gradients for {} inputs", node->op, dxs.size(), node->inputs.size());
+    TANDEM_CHECK(dxs.size() == node->inputs.size(), ErrorCode::kInvalidArgument,
+                 "backward of op '{}' returned {} gradients for its {} inputs; a backward returns one per "
+                 "input, in make_op's order (an undefined Tensor for none)",
+                 node->op, dxs.size(), node->inputs.size());
     for (size_t i = 0; i < dxs.size(); ++i) {
       Variable& input = node->inputs[i];
       VariableData* in = input.data();
       if (!in->requires_grad) continue;
       if (dxs[i].defined()) {
-        TANDEM_CHECK(dxs[i].shape() == in->value.shape(), ErrorCode::kInternal,
-                     "backward of {}: gradient {} for input {} of shape {}", node->op, dxs[i].shape().str(), i,
-                     in->value.shape().str());
+        TANDEM_CHECK(dxs[i].shape() == in->value.shape(), ErrorCode::kInvalidArgument,
+                     "backward of op '{}' returned a gradient of shape {} for input {} of shape {}; each "
+                     "gradient has its input's shape",
+                     node->op, dxs[i].shape().str(), i, in->value.shape().str());
         Tensor& sum = pending[in];
         sum = accumulate_pending(ctx, std::exchange(sum, Tensor()), std::exchange(dxs[i], Tensor()));
       }

@@ -66,6 +66,8 @@ Variable cross_entropy_loss(ExecutionContext& ctx, const Variable& logits, const
 // ---- N-D ops with PyTorch's semantics (ops_tensor.cpp); dims may be negative. ----
 Variable permute(ExecutionContext& ctx, const Variable& x, std::span<const int> dims);
 Variable transpose(ExecutionContext& ctx, const Variable& x, int dim0, int dim1);
+// x broadcast to shape (NumPy rules); the gradient is summed back to x's shape.
+Variable expand(ExecutionContext& ctx, const Variable& x, const Shape& shape);
 Variable narrow(ExecutionContext& ctx, const Variable& x, int dim, int64_t start, int64_t length);
 // Pieces of split_size along dim (the last may be shorter), as torch.split with an int.
 std::vector<Variable> split(ExecutionContext& ctx, const Variable& x, int64_t split_size, int dim);

@@ -53,6 +53,14 @@ Variable transpose(ExecutionContext& ctx, const Variable& x, int dim0, int dim1)
   return permute(ctx, x, perm);
 }
 
+Variable expand(ExecutionContext& ctx, const Variable& x, const Shape& shape) {
+  Tensor y = backend::expand(ctx, x.value(), shape);
+  const Shape x_shape = x.shape();
+  return make_op("expand", std::move(y), {x}, [&ctx, x_shape](const Tensor& dy) {
+    return std::vector<Tensor>{backend::sum_to(ctx, dy, x_shape)};
+  });
+}
+
 Variable narrow(ExecutionContext& ctx, const Variable& x, int dim, int64_t start, int64_t length) {
   Tensor y = backend::narrow(ctx, x.value(), dim, start, length);
   const Shape x_shape = x.shape();

@@ -11,8 +11,15 @@ Variable::Variable(Tensor value, bool requires_grad, std::string name) : data_(s
   data_->name = std::move(name);
 }
 
+void Variable::throw_empty() {
+  throw_error(ErrorCode::kInvalidArgument,
+              "an empty Variable was used: it was never given a value (a module member or child module "
+              "left default-constructed, or a Variable declared and not assigned); construct it before the "
+              "forward pass");
+}
+
 const Tensor& Variable::grad() const {
-  TANDEM_CHECK(data_->grad.defined(), ErrorCode::kFailedPrecondition,
+  TANDEM_CHECK(held().grad.defined(), ErrorCode::kFailedPrecondition,
                "variable '{}' ({}) has no gradient: it requires none, or backward has not reached it", data_->name,
                data_->value.describe());
   return data_->grad;
@@ -26,6 +33,12 @@ void Variable::register_grad_ready_hook(std::function<void(Variable&)> hook) {
 
 Variable make_op(std::string op, Tensor y, std::vector<Variable> inputs, BackwardFn backward,
                  BackwardAddingFn backward_adding) {
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    TANDEM_CHECK(inputs[i].defined(), ErrorCode::kInvalidArgument,
+                 "op '{}': input {} is an empty Variable (never given a value: a module member or child "
+                 "module left default-constructed?); construct it before the forward pass",
+                 op, i);
+  }
   bool needs_grad = false;
   if (grad_mode) {
     for (const Variable& in : inputs) needs_grad = needs_grad || in.requires_grad();

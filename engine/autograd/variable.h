@@ -35,6 +35,7 @@ struct VariableData {
   Tensor grad;
   bool requires_grad = false;
   std::shared_ptr<Node> grad_fn;  // null for leaves (parameters, inputs)
+  bool graph_freed = false;       // a backward ran through this op's node and released it
   std::string name;               // set for parameters, used by hooks and error messages
   std::vector<std::function<void(class Variable&)>> grad_ready_hooks;
 };
@@ -44,18 +45,20 @@ class Variable {
   Variable() = default;
   explicit Variable(Tensor value, bool requires_grad = false, std::string name = {});
 
+  // Every accessor below throws InvalidArgument on an empty Variable (a default-constructed
+  // one: a module member never given a value), where it would otherwise dereference null.
   bool defined() const { return data_ != nullptr; }
-  const Tensor& value() const { return data_->value; }
-  Tensor& value() { return data_->value; }  // in-place updates (optimizers) go through this
-  const Shape& shape() const { return data_->value.shape(); }
+  const Tensor& value() const { return held().value; }
+  Tensor& value() { return held().value; }  // in-place updates (optimizers) go through this
+  const Shape& shape() const { return held().value.shape(); }
   bool requires_grad() const { return data_ && data_->requires_grad; }
-  bool is_leaf() const { return data_->grad_fn == nullptr; }
-  const std::string& name() const { return data_->name; }
+  bool is_leaf() const { return held().grad_fn == nullptr; }
+  const std::string& name() const { return held().name; }
 
-  bool has_grad() const { return data_->grad.defined(); }
+  bool has_grad() const { return held().grad.defined(); }
   const Tensor& grad() const;  // throws FailedPrecondition when there is none
-  void set_grad(Tensor grad) { data_->grad = std::move(grad); }
-  void zero_grad() { data_->grad = Tensor(); }
+  void set_grad(Tensor grad) { held().grad = std::move(grad); }
+  void zero_grad() { held().grad = Tensor(); }
 
   // Runs backward from this scalar (one element) with seed gradient 1. Gradient sums run on
   // ctx (its device and stream); without one, on a context for the loss's device.
@@ -66,13 +69,19 @@ class Variable {
   void register_grad_ready_hook(std::function<void(Variable&)> hook);
 
   // The same value, cut from the graph: no gradient flows through it.
-  Variable detach() const { return Variable(data_->value, false); }
+  Variable detach() const { return Variable(held().value, false); }
 
   VariableData* data() const { return data_.get(); }
   const std::shared_ptr<VariableData>& shared_data() const { return data_; }
   bool same_as(const Variable& other) const { return data_ == other.data_; }
 
  private:
+  VariableData& held() const {
+    if (data_ == nullptr) throw_empty();
+    return *data_;
+  }
+  [[noreturn]] static void throw_empty();
+
   friend Variable make_op(std::string, Tensor, std::vector<Variable>, BackwardFn, BackwardAddingFn);
   std::shared_ptr<VariableData> data_;
 };

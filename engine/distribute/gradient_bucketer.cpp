@@ -4,6 +4,7 @@
 #include "engine/distribute/gradient_bucketer.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 namespace tandem::distribute {
 
@@ -42,6 +43,8 @@ struct GradientBucketer::State {
   std::vector<char> ready, had_grad;
   std::vector<int> pending;  // per bucket: gradients still to come
   size_t next_launch = 0;
+  bool reducing = true;
+  std::vector<char> warned;  // per parameter: its missing gradient was reported
 
   void copy(void* dst, const void* src, size_t bytes) {
     Device d = ctx->device();
@@ -55,12 +58,14 @@ struct GradientBucketer::State {
   }
 
   void on_grad_ready(int i, autograd::Variable& v);
+  // Zeros for each parameter without a gradient this step, and the launches they unblock.
+  void fill_missing();
   void launch_in_order();
   void rearm();
-  std::string missing_gradients() const;
 };
 
 void GradientBucketer::State::on_grad_ready(int i, autograd::Variable& v) {
+  if (!reducing) return;  // accumulating: the last backward of the step reduces the sum
   auto idx = static_cast<size_t>(i);
   TANDEM_CHECK(!ready[idx], ErrorCode::kFailedPrecondition,
                "parameter {} got a second gradient before GradientBucketer::finish(): call finish() after "
@@ -79,6 +84,28 @@ void GradientBucketer::State::on_grad_ready(int i, autograd::Variable& v) {
   launch_in_order();
 }
 
+void GradientBucketer::State::fill_missing() {
+  std::string named;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (had_grad[i]) continue;
+    const Device d = ctx->device();
+    device_services(d.type).fill_zero(slot_ptr(static_cast<int>(i)), d, params[i].value().nbytes(),
+                                      d.is_cpu() ? nullptr : &ctx->stream());
+    if (!warned[i]) named += fmt::format("{}{}", named.empty() ? "" : ", ", names[i]);
+    warned[i] = 1;
+    if (!ready[i]) {
+      ready[i] = 1;
+      --pending[static_cast<size_t>(bucket_of[i])];
+    }
+  }
+  if (!named.empty()) {
+    spdlog::warn("replica {}: no gradient at step {} for {}: zeros are all-reduced for it (said once per "
+                 "parameter; freeze a parameter that is meant to be unused with requires_grad false)",
+                 comm->rank(), comm->step(), named);
+  }
+  launch_in_order();
+}
+
 void GradientBucketer::State::launch_in_order() {
   while (next_launch < buckets.size() && pending[next_launch] == 0) {
     CollectiveTag tag{.bucket = static_cast<int>(next_launch), .after = ctx->device().is_cpu() ? nullptr : &ctx->stream()};
@@ -92,18 +119,6 @@ void GradientBucketer::State::rearm() {
   std::fill(had_grad.begin(), had_grad.end(), 0);
   for (size_t b = 0; b < buckets.size(); ++b) pending[b] = static_cast<int>(buckets[b].params.size());
   next_launch = 0;
-}
-
-std::string GradientBucketer::State::missing_gradients() const {
-  std::string names_out;
-  int count = 0;
-  for (size_t i = 0; i < params.size(); ++i) {
-    if (had_grad[i]) continue;
-    names_out += fmt::format("{}{} ({}, bucket {})", count++ ? ", " : "", names[i],
-                             ready[i] ? "in the graph but no gradient reached it" : "not used in the forward pass",
-                             bucket_of[i]);
-  }
-  return names_out;
 }
 
 GradientBucketer::GradientBucketer(Communicator& comm, ExecutionContext& ctx,
@@ -136,6 +151,7 @@ GradientBucketer::GradientBucketer(Communicator& comm, ExecutionContext& ctx,
   }
   for (auto& v : s.params) s.reduced.push_back(Tensor::zeros(v.value().shape(), DType::kF32, ctx.device()));
   s.handles.resize(s.buckets.size());
+  s.warned.resize(s.params.size());
   s.ready.resize(s.params.size());
   s.had_grad.resize(s.params.size());
   s.pending.resize(s.buckets.size());
@@ -167,17 +183,8 @@ const std::string& GradientBucketer::parameter_name(int index) const {
 void GradientBucketer::finish(const std::function<void(const std::vector<int>&)>& on_bucket,
                               const std::function<void(bool)>& on_wait) {
   State& s = *state_;
-  std::string missing = s.missing_gradients();
-  if (!missing.empty()) {
-    auto message = fmt::format(
-        "replica {}: no gradient at step {} for {}; every trainable parameter must get a gradient in every "
-        "step (freeze it with requires_grad false, or leave it out of the parameters given to the bucketer)",
-        s.comm->rank(), s.comm->step(), missing);
-    s.comm->abort(message);
-    reset();
-    throw Error(ErrorCode::kFailedPrecondition, message);
-  }
   try {
+    s.fill_missing();
     for (size_t b = 0; b < s.buckets.size(); ++b) {
       // On a GPU the replica's stream waits for the bucket and the host goes on queueing the update.
       if (on_wait) on_wait(true);
@@ -200,6 +207,8 @@ void GradientBucketer::finish(const std::function<void(const std::vector<int>&)>
   }
   s.rearm();
 }
+
+void GradientBucketer::set_reducing(bool on) { state_->reducing = on; }
 
 void GradientBucketer::reset() {
   State& s = *state_;

@@ -52,15 +52,19 @@ class GradientBucketer {
   // the reduced one (a tensor owned here, reused every step), then rearms for the next step.
   // on_bucket(parameter indices), when given, runs as soon as a bucket's gradients are set,
   // before the next bucket is waited for: the optimizer updates those parameters while later
-  // buckets are still being reduced. A parameter that got no gradient this step is an error
-  // naming it; the group is aborted first, so the other replicas stop at once instead of
-  // waiting for a bucket that never comes.
+  // buckets are still being reduced. A parameter that got no gradient this step (unused in the
+  // forward pass, on this replica or every one) gets zeros, reduced with its bucket in the same
+  // order on every replica, so nothing hangs; it is named once in a warning.
   // on_wait(true) and on_wait(false) bracket each wait for a bucket (on a GPU, the replica stream's
   // wait), so a timer can measure how much of the all-reduce stays exposed.
   void finish(const std::function<void(const std::vector<int>&)>& on_bucket = {},
               const std::function<void(bool)>& on_wait = {});
   // Forgets the gradients of an interrupted step (an exception in forward or backward).
   void reset();
+  // While off, the grad-ready hooks do nothing: gradients accumulate in the parameters over several
+  // backward passes and only the pass made with it on reduces them (DDP's no_sync, for gradient
+  // accumulation). On by default.
+  void set_reducing(bool on);
 
  private:
   struct State;

@@ -1,9 +1,7 @@
 // Embedding: a lookup table of learned vectors, row i for token id i, as PyTorch's nn.Embedding.
-// (N, L) i64 ids -> (N, L, D) f32. Its backward adds each output row's gradient into the row of its
-// id (ids repeated in a batch add up), in a fixed order, so replicas stay bitwise identical.
-//
-// CPU replicas only for now: on a GPU the forward is an Unimplemented error naming the layer (a
-// CUDA gather and a deterministic scatter-add are the missing kernels).
+// i64 ids of any shape -> (ids..., D) f32, on any backend. Its backward adds each output row's
+// gradient into its id's row in position order, so repeated ids sum the same way every run and
+// replicas stay bitwise identical.
 #pragma once
 
 #include "engine/nn/module.h"
@@ -17,10 +15,13 @@ class Embedding : public Module {
   Variable forward(ExecutionContext& ctx, const Variable& ids) override;
   int64_t num_embeddings() const { return num_embeddings_; }
   int64_t dim() const { return dim_; }
+  Variable& weight() { return *weight_; }
 
  private:
   int64_t num_embeddings_, dim_;
-  Variable weight_;
+  // The registered slot itself, not a copy of its handle: tie_parameter (GPT's lm_head) replaces
+  // what the slot holds, and the forward must see the replacement.
+  Variable* weight_;
 };
 
 }  // namespace tandem::nn

@@ -44,6 +44,11 @@ void normal(Tensor& w, float std) {
   fill_host(w, [std] { return std * generator().normal(); });
 }
 
+void xavier_uniform(Tensor& w) {
+  const auto fans = static_cast<float>(fan_in(w.shape()) + fan_out(w.shape()));
+  uniform(w, std::sqrt(6.0f / fans));
+}
+
 void uniform(Tensor& w, float bound) {
   fill_host(w, [bound] { return generator().uniform(-bound, bound); });
 }

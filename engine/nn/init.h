@@ -19,6 +19,8 @@ int64_t fan_out(const Shape& w);
 
 // N(0, gain^2 / fan_out) with gain sqrt(2): kaiming_normal_(mode="fan_out", nonlinearity="relu").
 void kaiming_normal_fan_out(Tensor& w);
+// U(-b, b) with b = sqrt(6 / (fan_in + fan_out)): xavier_uniform_ (MultiheadAttention's in_proj).
+void xavier_uniform(Tensor& w);
 // U(-bound, bound), for Linear (bound 1/sqrt(fan_in)) and conv/linear biases.
 void uniform(Tensor& w, float bound);
 // N(0, std^2) from this thread's generator.

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/autograd/ops.h"
@@ -107,12 +108,14 @@ class Dropout : public Module {
   float p_;
 };
 
-// Children named "0", "1", ... as torch.nn.Sequential names them.
+// Children named "0", "1", ... as torch.nn.Sequential names them, or by name as
+// nn.Sequential(OrderedDict(...)) does.
 class Sequential : public Module {
  public:
   Sequential() = default;
   explicit Sequential(std::vector<std::shared_ptr<Module>> modules);
   void push_back(std::shared_ptr<Module> module);
+  void push_back(const std::string& name, std::shared_ptr<Module> module);
   Variable forward(ExecutionContext& ctx, const Variable& x) override;
   size_t size() const { return modules_.size(); }
 

@@ -22,10 +22,28 @@ void Module::check_new_name(const std::string& name) const {
                "module member name '{}' is registered twice", name);
 }
 
+void Module::check_new_child(const std::string& name, bool constructed) const {
+  check_new_name(name);
+  TANDEM_CHECK(constructed, ErrorCode::kInvalidArgument,
+               "child module '{}' is null: construct it (std::make_shared<...>(...)) before registering it", name);
+}
+
 Variable& Module::register_parameter(const std::string& name, Tensor value) {
   check_new_name(name);
   parameters_.emplace_back(name, std::make_unique<Variable>(std::move(value), true, name));
   return *parameters_.back().second;
+}
+
+void Module::tie_parameter(const std::string& name, const Variable& shared) {
+  for (auto& [own, p] : parameters_) {
+    if (own != name) continue;
+    TANDEM_CHECK(shared.defined() && shared.shape() == p->shape(), ErrorCode::kInvalidArgument,
+                 "tie_parameter: '{}' is {} but the variable tied to it is {}", name, p->value().describe(),
+                 shared.defined() ? shared.value().describe() : std::string("undefined"));
+    *p = shared;
+    return;
+  }
+  throw_error(ErrorCode::kNotFound, "tie_parameter: this module has no parameter '{}'", name);
 }
 
 Tensor& Module::register_buffer(const std::string& name, Tensor value) {
@@ -44,9 +62,18 @@ void Module::collect_buffers(const std::string& prefix, std::vector<std::pair<st
   for (auto& [name, child] : children_) child->collect_buffers(prefix + name + ".", out);
 }
 
-std::vector<std::pair<std::string, Variable>> Module::named_parameters() const {
+std::vector<std::pair<std::string, Variable>> Module::all_named_parameters() const {
   std::vector<std::pair<std::string, Variable>> out;
   collect_parameters("", out);
+  return out;
+}
+
+std::vector<std::pair<std::string, Variable>> Module::named_parameters() const {
+  std::vector<std::pair<std::string, Variable>> out;
+  std::set<const autograd::VariableData*> seen;
+  for (auto& entry : all_named_parameters()) {
+    if (seen.insert(entry.second.data()).second) out.push_back(std::move(entry));
+  }
   return out;
 }
 
@@ -64,7 +91,7 @@ std::vector<std::pair<std::string, Tensor*>> Module::named_buffers() {
 
 std::map<std::string, Tensor> Module::state_dict() {
   std::map<std::string, Tensor> out;
-  for (auto& [name, p] : named_parameters()) out.emplace(name, p.value());
+  for (auto& [name, p] : all_named_parameters()) out.emplace(name, p.value());
   for (auto& [name, b] : named_buffers()) out.emplace(name, *b);
   return out;
 }
@@ -84,7 +111,7 @@ void Module::load_state_dict(const std::map<std::string, Tensor>& state, bool st
     dst.copy_from(src);
     used.insert(name);
   };
-  for (auto& [name, p] : named_parameters()) load(name, p.value());
+  for (auto& [name, p] : all_named_parameters()) load(name, p.value());
   for (auto& [name, b] : named_buffers()) load(name, *b);
   if (strict) {
     for (const auto& [name, t] : state) {

@@ -31,7 +31,9 @@ class Module {
   void eval() { train(false); }
   bool is_training() const { return training_; }
 
-  // Recursive, in registration order, with dotted names.
+  // Recursive, in registration order, with dotted names. A parameter tied to another (one tensor
+  // under two names, as GPT's lm_head.weight and transformer.wte.weight) appears once, under its
+  // first name, as PyTorch's named_parameters() gives it; state_dict() has both names.
   std::vector<std::pair<std::string, Variable>> named_parameters() const;
   std::vector<Variable> parameters() const;
   std::vector<std::pair<std::string, Tensor*>> named_buffers();
@@ -43,6 +45,10 @@ class Module {
   void load_state_dict(const std::map<std::string, Tensor>& state, bool strict = true);
 
   void zero_grad();
+  // Makes this module's parameter `name` the very variable `shared` (weight tying): one tensor, one
+  // gradient, two names. The module must read the parameter through the slot register_parameter
+  // returned a reference to (as Embedding does), not through a copy of the handle.
+  void tie_parameter(const std::string& name, const Variable& shared);
   // Moves every parameter and floating-point buffer to device (an explicit copy; gradients are
   // dropped). Integer buffers (counters such as num_batches_tracked) stay on the host.
   void to(Device device);
@@ -52,14 +58,17 @@ class Module {
   Tensor& register_buffer(const std::string& name, Tensor value);
   template <typename M>
   std::shared_ptr<M> register_module(const std::string& name, std::shared_ptr<M> module) {
-    check_new_name(name);
+    check_new_child(name, module != nullptr);
     children_.emplace_back(name, module);
     return module;
   }
 
  private:
   void check_new_name(const std::string& name) const;
+  void check_new_child(const std::string& name, bool constructed) const;
   void collect_parameters(const std::string& prefix, std::vector<std::pair<std::string, Variable>>& out) const;
+  // Every name of every parameter, tied ones included.
+  std::vector<std::pair<std::string, Variable>> all_named_parameters() const;
   void collect_buffers(const std::string& prefix, std::vector<std::pair<std::string, Tensor*>>& out);
 
   bool training_ = true;

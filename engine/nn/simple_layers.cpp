@@ -55,8 +55,10 @@ Sequential::Sequential(std::vector<std::shared_ptr<Module>> modules) {
   for (auto& m : modules) push_back(std::move(m));
 }
 
-void Sequential::push_back(std::shared_ptr<Module> module) {
-  register_module(std::to_string(modules_.size()), module);
+void Sequential::push_back(std::shared_ptr<Module> module) { push_back(std::to_string(modules_.size()), module); }
+
+void Sequential::push_back(const std::string& name, std::shared_ptr<Module> module) {
+  register_module(name, module);
   modules_.push_back(std::move(module));
 }
 

@@ -46,7 +46,8 @@ struct StepReport {
   bool has_metrics = false;
   Scalars scalars;
   double loss = 0;  // with has_metrics: the task's first train metric, the run's loss
-  double images_per_sec = 0, input_wait_fraction = 0;
+  double images_per_sec = 0, input_wait_fraction = 0;  // images_per_sec: the task's examples per second
+  std::string unit = "img";  // what those examples are (Task::throughput_unit)
   std::string devices;  // "cuda:0 util 97% mem 31.2/80.0 GiB 412 W | ..." on GPU replicas
 };
 

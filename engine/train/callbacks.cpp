@@ -53,8 +53,17 @@ ProgressLogger::ProgressLogger(bool terminal, int64_t every) : progress_(termina
 
 void ProgressLogger::on_step_end(const StepReport& s, TrainerControl&) {
   if (!s.has_metrics) return;
-  progress_.update({s.epoch, s.epochs, s.step_in_epoch, s.steps_per_epoch, s.step, s.images_per_sec, s.loss, s.lr,
-                    s.input_wait_fraction, s.devices});
+  progress_.update({.epoch = s.epoch,
+                    .epochs = s.epochs,
+                    .step_in_epoch = s.step_in_epoch,
+                    .steps_in_epoch = s.steps_per_epoch,
+                    .global_step = s.step,
+                    .images_per_sec = s.images_per_sec,
+                    .unit = s.unit,
+                    .loss = s.loss,
+                    .lr = s.lr,
+                    .input_wait_fraction = s.input_wait_fraction,
+                    .devices = s.devices});
 }
 
 void ProgressLogger::on_eval_end(const EvalReport& eval, TrainerControl&) {

@@ -2,6 +2,7 @@
 // known, typed and bounded, and errors name the key path and line.
 #include "engine/train/config.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "engine/core/suggest.h"
@@ -60,7 +61,49 @@ Keys model_keys(ModelConfig& m) {
       {"input_size", [&](auto& n, auto& p) { m.input_size = as_int(n, p, 1); }},
       {"hidden", [&](auto& n, auto& p) { m.hidden = yaml::as_ints(n, p, 1); }},
       {"channels_last", [&](auto& n, auto& p) { m.channels_last = as_bool(n, p); }},
+      // vit (torchvision's names; image_size is input_size)
+      {"image_size", [&](auto& n, auto& p) { m.input_size = as_int(n, p, 1); }},
+      {"patch_size", [&](auto& n, auto& p) { m.patch_size = as_int(n, p, 1); }},
+      {"num_layers", [&](auto& n, auto& p) { m.num_layers = as_int(n, p, 1); }},
+      {"num_heads", [&](auto& n, auto& p) { m.num_heads = as_int(n, p, 1); }},
+      {"hidden_dim", [&](auto& n, auto& p) { m.hidden_dim = as_int(n, p, 1); }},
+      {"mlp_dim", [&](auto& n, auto& p) { m.mlp_dim = as_int(n, p, 1); }},
+      {"attention_dropout", [&](auto& n, auto& p) { m.attention_dropout = as_float(n, p, 0.0, 0.999); }},
+      // gpt (nanoGPT's GPTConfig)
+      {"block_size", [&](auto& n, auto& p) { m.block_size = as_int(n, p, 1); }},
+      {"vocab_size", [&](auto& n, auto& p) { m.vocab_size = as_int(n, p, 1); }},
+      {"n_layer", [&](auto& n, auto& p) { m.n_layer = as_int(n, p, 1); }},
+      {"n_head", [&](auto& n, auto& p) { m.n_head = as_int(n, p, 1); }},
+      {"n_embd", [&](auto& n, auto& p) { m.n_embd = as_int(n, p, 1); }},
+      {"bias", [&](auto& n, auto& p) { m.bias = as_bool(n, p); }},
+      {"dropout", [&](auto& n, auto& p) { m.dropout = as_float(n, p, 0.0, 0.999); }},
   };
+}
+
+// The built-in models each take their family's keys only: a GPT key on a ResNet is a mistake
+// (a registered model of the program's own may read any field).
+void check_model_family(const YAML::Node& n, const std::string& p, const ModelConfig& m) {
+  static const std::vector<std::string> vit = {"patch_size", "num_layers", "num_heads", "hidden_dim",
+                                                "mlp_dim", "attention_dropout", "image_size"};
+  static const std::vector<std::string> gpt = {"block_size", "vocab_size", "n_layer", "n_head", "n_embd", "bias"};
+  auto has = [](const std::vector<std::string>& keys, const std::string& k) {
+    return std::find(keys.begin(), keys.end(), k) != keys.end();
+  };
+  const bool is_vit = m.name == "vit", is_gpt = m.name == "gpt";
+  const bool built_in = is_vit || is_gpt || m.name == "mlp" || m.name == "small_cnn" || m.name.starts_with("resnet");
+  if (!built_in) return;
+  for (auto it = n.begin(); it != n.end(); ++it) {
+    const std::string key = it->first.as<std::string>();
+    const bool wrong = (has(vit, key) && !is_vit) || (has(gpt, key) && !is_gpt) ||
+                       (key == "dropout" && !is_vit && !is_gpt) || (key == "hidden" && m.name != "mlp");
+    TANDEM_CHECK(!wrong, ErrorCode::kInvalidArgument, "{}: not a key of model '{}' ({} takes it)",
+                 yaml::where(it->second, p + "." + key), m.name,
+                 has(vit, key) ? "vit" : has(gpt, key) ? "gpt" : key == "hidden" ? "mlp" : "vit and gpt");
+  }
+  const bool both = n["image_size"] && n["input_size"];
+  TANDEM_CHECK(!both || n["image_size"].as<int64_t>() == n["input_size"].as<int64_t>(), ErrorCode::kInvalidArgument,
+               "{}: image_size and input_size name the same value (vit says image_size); give one",
+               yaml::where(n["image_size"], p + ".image_size"));
 }
 
 Keys loop_keys(LoopConfig& l) {
@@ -75,6 +118,7 @@ Keys loop_keys(LoopConfig& l) {
       {"clip_grad_norm", [&](auto& n, auto& p) { l.clip_grad_norm = as_number(n, p, 0.0, kMax); }},
       {"warmup_steps_for_timing", [&](auto& n, auto& p) { l.warmup_steps_for_timing = as_int(n, p, 0); }},
       {"on_nan_loss", [&](auto& n, auto& p) { l.on_nan_loss = one_of(n, p, {"fail", "warn"}); }},
+      {"grad_accumulation_steps", [&](auto& n, auto& p) { l.grad_accumulation_steps = as_int(n, p, 1); }},
   };
 }
 
@@ -158,7 +202,10 @@ void add_train_keys(TrainConfig& c, Keys& keys) {
   keys["cudnn_benchmark"] = [&](auto& n, auto& p) { c.cudnn_benchmark = as_bool(n, p); };
   keys["device"] = [&](auto& n, auto& p) { c.device.device = one_of(n, p, {"auto", "cpu", "cuda"}); };
   keys["devices"] = [&](auto& n, auto& p) { c.device.devices = devices_text(n, p); };
-  keys["model"] = [&](auto& n, auto& p) { walk(n, p, model_keys(c.model)); };
+  keys["model"] = [&](auto& n, auto& p) {
+    walk(n, p, model_keys(c.model));
+    check_model_family(n, p, c.model);
+  };
   keys["train"] = [&](auto& n, auto& p) { walk(n, p, loop_keys(c.loop)); };
   keys["optimizer"] = [&](auto& n, auto& p) { walk(n, p, optimizer_keys(c.optimizer)); };
   keys["schedule"] = [&](auto& n, auto& p) { walk(n, p, schedule_keys(c.schedule)); };
@@ -166,6 +213,14 @@ void add_train_keys(TrainConfig& c, Keys& keys) {
   keys["distribute"] = [&](auto& n, auto& p) { walk(n, p, distribute_keys(c.distribute)); };
   keys["output"] = [&](auto& n, auto& p) { walk(n, p, output_keys(c.output)); };
   keys["prepare"] = [&](auto& n, auto& p) { walk(n, p, prepare_keys(c.prepare)); };
+}
+
+ModelConfig model_config_from_text(const std::string& config_text) {
+  YAML::Node root = YAML::Load(config_text);
+  TANDEM_CHECK(root.IsMap() && root["model"], ErrorCode::kNotFound, "the config has no model section");
+  ModelConfig m;
+  walk(root["model"], "model", model_keys(m));
+  return m;
 }
 
 void validate(const TrainConfig& c) {

@@ -12,6 +12,7 @@
 #include "engine/core/yaml_walk.h"
 #include "engine/distribute/process_group.h"
 #include "engine/distribute/replica_plan.h"
+#include "engine/nn/model_spec.h"
 #include "engine/optim/optimizer.h"
 #include "engine/optim/schedule.h"
 
@@ -23,14 +24,7 @@ struct DeviceConfig {
   std::string devices = "all";       // all | N | [0, 1] (as "[0,1]") | cpu:N
 };
 
-struct ModelConfig {
-  std::string name = "resnet20";
-  int64_t num_classes = 10;
-  int64_t in_channels = 3;
-  int64_t input_size = 32;
-  std::vector<int64_t> hidden = {256};  // mlp only
-  bool channels_last = false;           // NHWC activations (faster with oneDNN and tensor cores)
-};
+using ModelConfig = nn::ModelSpec;
 
 struct LoopConfig {
   int64_t global_batch_size = 0;       // exactly one of these two must be given
@@ -42,6 +36,9 @@ struct LoopConfig {
   float label_smoothing = 0.0f;
   double clip_grad_norm = 0.0;         // 0: no clipping
   int64_t warmup_steps_for_timing = 5; // steps left out of throughput and step-time figures
+  // Micro-batches per step: each replica's batch is split into this many, their gradients added up
+  // before the one all-reduce of the step (DDP's no_sync). 1: no accumulation.
+  int64_t grad_accumulation_steps = 1;
   // A training loss that is NaN or infinite at a log line: fail (stop the run with an error naming
   // the steps; the last checkpoint keeps the weights before) or warn (once, and train on).
   std::string on_nan_loss = "fail";
@@ -101,6 +98,10 @@ struct TrainConfig {
 // The top-level keys this struct reads, each to its section parser; tools/ adds `data` and
 // `eval_data` and walks the document once, so an unknown top-level key is still an error.
 void add_train_keys(TrainConfig& config, yaml::Keys& keys);
+
+// The model section of a config document (a checkpoint's meta.json keeps the run's resolved
+// config): what `trainer generate` builds its model from. NotFound when there is no model section.
+ModelConfig model_config_from_text(const std::string& config_text);
 
 // Checks across sections (exactly one batch size, schedule milestones within the run, ...).
 void validate(const TrainConfig& config);

@@ -29,7 +29,10 @@ double percentile(std::vector<double> values, double p);
 
 
 struct RunSummary {
-  double images_per_sec = 0;  // images / wall time after warm-up, never an average of rates
+  // The task's units (images; a GPT's predicted tokens) / wall time after warm-up, never an average
+  // of rates.
+  double images_per_sec = 0;
+  std::string throughput_unit = "img";  // Task::throughput_unit
   double step_time_p50_ms = 0, step_time_p95_ms = 0;
   StepBreakdown breakdown;  // replica 0's, over the timed steps
   int64_t timed_steps = 0;

@@ -27,8 +27,8 @@ Progress::Progress(bool terminal, int64_t every) : terminal_(terminal), every_(e
 void Progress::update(const ProgressLine& l) {
   std::string position = l.steps_in_epoch > 0 ? fmt::format("{}/{}", l.step_in_epoch, l.steps_in_epoch)
                                               : fmt::format("{}", l.step_in_epoch);
-  std::string stats = fmt::format("{:.0f} img/s | loss {:.4f} | lr {:.4g} | input wait {:.1f}%", l.images_per_sec, l.loss,
-                                  l.lr, 100.0 * l.input_wait_fraction);
+  std::string stats = fmt::format("{:.0f} {}/s | loss {:.4f} | lr {:.4g} | input wait {:.1f}%", l.images_per_sec,
+                                  l.unit, l.loss, l.lr, 100.0 * l.input_wait_fraction);
   if (!l.devices.empty()) stats += " | " + l.devices;
   if (terminal_) {
     constexpr int kWidth = 24;

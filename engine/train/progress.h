@@ -14,6 +14,7 @@ struct ProgressLine {
   int64_t step_in_epoch = 0, steps_in_epoch = 0;  // steps_in_epoch 0: unknown
   int64_t global_step = 0;
   double images_per_sec = 0;
+  std::string unit = "img";  // of images_per_sec: "img", "tok"
   double loss = 0;
   double lr = 0;
   double input_wait_fraction = 0;

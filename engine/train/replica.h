@@ -8,6 +8,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -118,6 +119,10 @@ class ReplicaLoop {
   // everywhere): a NaN or infinite training loss stops the run (train.on_nan_loss: fail) or is
   // warned about once (warn).
   void check_loss_is_finite(const Tensor& summed_stats);
+  // Micro-batch `index` of train.grad_accumulation_steps: a view of its share of the batch's rows.
+  Batch micro_batch(const Batch& batch, int64_t index) const;
+  // One replica (no bucketer): parameters no gradient reached get zeros, named once.
+  void fill_missing_gradients();
   // Replicas 1..R-1's running statistics for the checkpoint, when they differ from replica 0's
   // (per-replica BatchNorm); a collective: every replica calls it, replica 0 gets the map.
   TensorMap gather_replica_buffers();
@@ -172,12 +177,14 @@ class ReplicaLoop {
   std::optional<double> last_train_loss_;  // none until a log line measured it
   int64_t last_log_step_ = 0;  // the step of the last log line (the start of the next interval)
   bool nan_loss_warned_ = false;
+  std::set<std::string> warned_no_grad_;
   std::vector<double> step_times_;
   StepBreakdown timed_breakdown_;
   double timed_seconds_ = 0;
   double interval_input_ = 0, interval_total_ = 0;  // for the progress line's input-wait share
   int64_t dropped_ = 0;
   bool input_checked_ = false;  // the first batch matched the model's configured input
+  int64_t units_per_example_ = 1;  // Task::units_per_example of the first batch
   bool stopped_ = false;  // every replica agreed to stop early (a signal, or a callback's request)
   int stop_signal_ = 0;  // the signal of that request (0: none, or a callback's)
   bool buffers_identical_ = false;  // BatchNorm statistics equal across replicas (1 replica, or synchronised)

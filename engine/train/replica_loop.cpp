@@ -172,9 +172,11 @@ void ReplicaLoop::run_epochs() {
     s.epochs = epoch;
     s.timed_steps = timed_steps_;
     s.breakdown = timed_breakdown_;
-    s.images_per_sec = timed_seconds_ > 0
-                           ? static_cast<double>(timed_steps_ * plan_.global_batch_size) / timed_seconds_
-                           : 0.0;
+    s.images_per_sec =
+        timed_seconds_ > 0
+            ? static_cast<double>(timed_steps_ * plan_.global_batch_size * units_per_example_) / timed_seconds_
+            : 0.0;
+    s.throughput_unit = task_.throughput_unit();
     s.step_time_p50_ms = 1000.0 * percentile(step_times_, 50);
     s.step_time_p95_ms = 1000.0 * percentile(step_times_, 95);
     if (last_train_loss_) s.final_metrics["train_" + train_metrics_.front()] = *last_train_loss_;
@@ -257,6 +259,7 @@ ReplicaLoop::EpochEnd ReplicaLoop::train_epoch(int64_t epoch, int64_t skip_batch
     host_comm_->set_step(step_);
     if (have && !input_checked_) {
       task_.check_batch(batch, "training data");
+      units_per_example_ = task_.units_per_example(batch);
       input_checked_ = true;
     }
     if (have && resume_fingerprint_of_ == "next") check_resumed_batch(batch, epoch, batches);
@@ -354,11 +357,34 @@ void ReplicaLoop::train_step(const Batch& batch) {
   timer_->start();
   // The task sums its metrics on the device: nothing is read back until a log line needs it.
   TaskStep step{*ctx_, plan_.global_batch_size, stats_, one_};
-  autograd::Variable loss = task_.train_step(step, *model_, batch);
-  timer_->forward_done();
-  loss.backward(ctx_.get());
+  // train.grad_accumulation_steps: micro-batches whose gradients add up in the parameters, only the
+  // last backward reducing them (DDP's no_sync). Each micro-batch's loss keeps the global batch as
+  // its divisor, so the sum over micro-batches and replicas is the global batch's mean.
+  const int64_t micro_batches = config_.loop.grad_accumulation_steps;
+  for (int64_t m = 0; m < micro_batches; ++m) {
+    const bool last = m + 1 == micro_batches;
+    if (bucketer_) bucketer_->set_reducing(last);
+    autograd::Variable loss = task_.train_step(step, *model_, micro_batches == 1 ? batch : micro_batch(batch, m));
+    if (last) timer_->forward_done();  // earlier micro-batches' backward counts as forward time
+    loss.backward(ctx_.get());
+  }
   timer_->backward_done();
   reduce_and_update();
+}
+
+Batch ReplicaLoop::micro_batch(const Batch& batch, int64_t index) const {
+  // Every tensor of the batch leads with the examples, in either layout: micro-batch `index` is a
+  // view of its rows (the batch stays alive for the step).
+  Batch out;
+  for (const auto& [name, t] : batch.tensors()) {
+    const int64_t rows = t.dim(0) / config_.loop.grad_accumulation_steps;
+    Shape shape = t.shape();
+    shape[0] = rows;
+    const size_t row_bytes = rows > 0 ? t.nbytes() / static_cast<size_t>(t.dim(0)) : 0;
+    void* start = static_cast<char*>(t.raw_data()) + static_cast<size_t>(index * rows) * row_bytes;
+    out.set(name, Tensor::borrow(start, shape, t.dtype(), t.device(), t.format()));
+  }
+  return out;
 }
 
 void ReplicaLoop::reduce_and_update() {
@@ -366,6 +392,7 @@ void ReplicaLoop::reduce_and_update() {
   // the all-reduce time that backward did not hide. The rest, up to the step's end, is the optimizer.
   auto on_wait = [this](bool begins) { begins ? timer_->wait_begins() : timer_->wait_ends(); };
   if (!bucketer_) {
+    fill_missing_gradients();
     const double max_norm = config_.loop.clip_grad_norm;
     if (max_norm > 0) optim::clip_grad_norm(*ctx_, model_->named_parameters(), max_norm);
     optimizer_->step(*ctx_);
@@ -382,6 +409,22 @@ void ReplicaLoop::reduce_and_update() {
   // in flight.
   bucketer_->finish([&](const std::vector<int>& params) { optimizer_->update_params(*ctx_, params); }, on_wait);
   optimizer_->finish_step();
+}
+
+void ReplicaLoop::fill_missing_gradients() {
+  // As the bucketer does with several replicas: a parameter no gradient reached gets zeros (so one
+  // replica trains as several would), named once.
+  std::string named;
+  for (auto& [name, p] : model_->named_parameters()) {
+    if (p.has_grad()) continue;
+    p.set_grad(Tensor::zeros(p.value().shape(), DType::kF32, ctx_->device(), p.value().format()));
+    if (warned_no_grad_.insert(name).second) named += fmt::format("{}{}", named.empty() ? "" : ", ", name);
+  }
+  if (!named.empty() && lead()) {
+    spdlog::warn("no gradient at step {} for {}: zero gradients are used (said once per parameter; freeze a "
+                 "parameter that is meant to be unused with requires_grad false)",
+                 step_, named);
+  }
 }
 
 double ReplicaLoop::reduce_scalar_sum(double value) {
@@ -411,6 +454,7 @@ void ReplicaLoop::report_step(int64_t epoch, int64_t step_in_epoch) {
   r.step_in_epoch = step_in_epoch;
   r.steps_per_epoch = shared_.setup.steps_per_epoch;
   r.lr = lr_at(step_ - 1);
+  r.unit = task_.throughput_unit();
   const float* s = host_stats_.data<float>();
   const size_t metrics = train_metrics_.size();
   if (log_now && s[metrics] != 0) {
@@ -493,10 +537,11 @@ void ReplicaLoop::evaluate(int64_t step) {
   report.step = step;
   report.examples = static_cast<int64_t>(examples);
   std::vector<double> means;
+  for (size_t i = 0; i < names.size(); ++i) means.push_back(s[i] / examples);
+  task_.finish_eval(means);
   for (size_t i = 0; i < names.size(); ++i) {
-    means.push_back(s[i] / examples);
-    shared_.summary.final_metrics["eval_" + names[i]] = means.back();
-    report.scalars.add("eval/" + names[i], means.back());
+    shared_.summary.final_metrics["eval_" + names[i]] = means[i];
+    report.scalars.add("eval/" + names[i], means[i]);
   }
   report.text = task_.describe_eval(means);
   finish_progress_line();

@@ -30,10 +30,14 @@ void add_to_sum(TaskStep& step, int index, double value) {
   backend::axpy(step.ctx, static_cast<float>(value), step.one, target);
 }
 
+int64_t Task::units_per_example(const Batch&) const { return 1; }
+
 void Task::check_batch(const Batch& batch, std::string_view data) const {
   (void)batch;
   (void)data;
 }
+
+void Task::finish_eval(std::span<double> means) const { (void)means; }
 
 std::string Task::describe_eval(std::span<const double> means) const {
   std::vector<std::string> names = eval_metrics();

@@ -53,6 +53,13 @@ class Task {
   // ("evaluation data"): throws InvalidArgument saying what to change when it is not what the
   // model takes. The default accepts anything.
   virtual void check_batch(const Batch& batch, std::string_view data) const;
+  // Metrics that are functions of others' means (perplexity = exp(mean loss)) are filled in here,
+  // after the sums over every replica are divided: eval_step leaves their sums at 0.
+  virtual void finish_eval(std::span<double> means) const;
+  // What the progress line's rate counts (the examples of train_step's count): "img", "tok".
+  virtual std::string throughput_unit() const { return "img"; }
+  // How many of those units one example of this batch is (1 image; T predicted tokens per window).
+  virtual int64_t units_per_example(const Batch& batch) const;
   // The text of an evaluation's log line from its means, in eval_metrics() order:
   // "loss 0.4012, top1 0.8512" by default.
   virtual std::string describe_eval(std::span<const double> means) const;

@@ -8,10 +8,10 @@
 #include <thread>
 
 #include "engine/distribute/bootstrap/client.h"
-#include "engine/train/classification_task.h"
 #include "engine/train/processes.h"
 #include "engine/train/progress.h"
 #include "engine/train/replica.h"
+#include "engine/train/tasks.h"
 
 namespace tandem::train {
 
@@ -67,6 +67,17 @@ void check_setup(const TrainerSetup& s) {
   for (const Device& d : s.plan.devices) {
     TANDEM_CHECK(d.type == first.type, ErrorCode::kInvalidArgument,
                  "trainer: replicas on {} and {}: all replicas must be on one kind of device", first.str(), d.str());
+  }
+  const int64_t k = s.config.loop.grad_accumulation_steps, per_replica = s.plan.per_replica_batch_size;
+  if (k > 1 && per_replica % k != 0) {
+    // The nearest global batches whose per-replica share k divides.
+    const int64_t unit = k * s.plan.replicas(), lower = s.plan.global_batch_size / unit * unit;
+    throw_error(ErrorCode::kInvalidArgument,
+                "train.grad_accumulation_steps {} does not divide the per-replica batch {} (global batch {} over {} "
+                "replica(s)): each replica's micro-batch must be whole; use a global batch that is a multiple of "
+                "{} (for example {} or {}), or another grad_accumulation_steps",
+                k, per_replica, s.plan.global_batch_size, s.plan.replicas(), unit, lower > 0 ? lower : unit,
+                lower + unit);
   }
   TANDEM_CHECK(!first.is_cpu() || s.config.precision == "fp32", ErrorCode::kInvalidArgument,
                "precision: {} needs GPU replicas (TF32 and bf16 tensor cores); the CPU backend computes in fp32: set "
@@ -168,9 +179,7 @@ void restore_callbacks(Trainer::Shared& s) {
 
 Trainer::Trainer(TrainerSetup setup) {
   check_setup(setup);
-  if (!setup.task) {
-    setup.task = std::make_shared<ImageClassification>(setup.config.model, setup.config.loop.label_smoothing);
-  }
+  if (!setup.task) setup.task = make_task(setup.config);
   shared_ = std::make_unique<Shared>(std::move(setup));
   Shared& s = *shared_;
   const TrainConfig& c = s.setup.config;

@@ -30,6 +30,19 @@ TEST(Module, DottedNamesFollowTorchConventions) {
   EXPECT_EQ(outer->state_dict().size(), 8u);
 }
 
+TEST(Module, AnUnconstructedChildModuleIsAnErrorNamingIt) {
+  Sequential seq;
+  std::shared_ptr<Linear> never_made;
+  try {
+    seq.push_back("head", never_made);
+    FAIL() << "a null child module was registered";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("child module 'head' is null"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(seq.size(), 0u);
+}
+
 TEST(Module, StateDictRoundTripAndStrictErrors) {
   init::manual_seed(1);
   auto a = conv_block();

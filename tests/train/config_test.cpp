@@ -108,7 +108,7 @@ TEST(Config, WrongTypesAndBadValuesNameTheKey) {
 
 TEST(Config, SetOverridesAnyKeyAndSaysWhereItCameFrom) {
   TrainConfig c = parse("train: {global_batch_size: 64}\noptimizer: {lr: 0.1}",
-                        {"optimizer.lr=0.4", "train.epochs=5", "devices=[0, 1]", "model.hidden=[64, 32]"});
+                        {"optimizer.lr=0.4", "train.epochs=5", "devices=[0, 1]", "model.name=mlp", "model.hidden=[64, 32]"});
   EXPECT_FLOAT_EQ(c.optimizer.lr, 0.4f);
   EXPECT_EQ(c.loop.epochs, 5);
   EXPECT_EQ(c.device.devices, "[0,1]");
@@ -118,6 +118,31 @@ TEST(Config, SetOverridesAnyKeyAndSaysWhereItCameFrom) {
   e = error_of("train: {global_batch_size: 64}", {"train.epoch=3"});
   EXPECT_NE(e.find("did you mean 'epochs'"), std::string::npos) << e;
   EXPECT_THROW(parse("train: {global_batch_size: 64}", {"no_equals_sign"}), Error);
+}
+
+TEST(Config, TransformerModelsTakeTheirReferencesKeys) {
+  TrainConfig c = parse(
+      "train: {global_batch_size: 8}\nmodel: {name: gpt, block_size: 64, vocab_size: 256, n_layer: 3, n_head: 4, "
+      "n_embd: 96, dropout: 0.1, bias: false}");
+  EXPECT_EQ(c.model.block_size, 64);
+  EXPECT_EQ(c.model.n_layer, 3);
+  EXPECT_EQ(c.model.n_embd, 96);
+  EXPECT_FALSE(c.model.bias);
+  EXPECT_FLOAT_EQ(c.model.dropout, 0.1f);
+  TrainConfig v = parse(
+      "train: {global_batch_size: 8}\nmodel: {name: vit, image_size: 28, patch_size: 7, num_layers: 2, num_heads: 3, "
+      "hidden_dim: 48, mlp_dim: 96, in_channels: 1}");
+  EXPECT_EQ(v.model.input_size, 28);
+  EXPECT_EQ(v.model.patch_size, 7);
+  EXPECT_EQ(v.model.hidden_dim, 48);
+  std::string e = error_of("train: {global_batch_size: 8}\nmodel:\n  name: resnet20\n  n_layer: 4\n");
+  EXPECT_NE(e.find("model.n_layer (line 4): not a key of model 'resnet20' (gpt takes it)"), std::string::npos) << e;
+  e = error_of("train: {global_batch_size: 8}\nmodel: {name: vit, image_size: 28, input_size: 32}");
+  EXPECT_NE(e.find("image_size and input_size name the same value"), std::string::npos) << e;
+  e = error_of("train: {global_batch_size: 8}\nmodel: {name: gpt, n_embd: 96}", {"model.patch_size=4"});
+  EXPECT_NE(e.find("model.patch_size (set on the command line): not a key of model 'gpt' (vit takes it)"),
+            std::string::npos)
+      << e;
 }
 
 }  // namespace

@@ -113,9 +113,7 @@ inline TrainedRun train(TrainConfig config, int replicas,
   std::mutex mutex;
   std::vector<std::shared_ptr<nn::Module>> built;
   setup.make_model = [&] {
-    auto m = models::create_model({.name = config.model.name, .num_classes = config.model.num_classes,
-                                   .in_channels = config.model.in_channels, .input_size = config.model.input_size,
-                                   .hidden = config.model.hidden});
+    auto m = models::create_model(config.model);
     std::lock_guard lock(mutex);
     built.push_back(m);
     return m;

@@ -9,6 +9,8 @@
 #   resnet20         one epoch of configs/resnet.yaml (ResNet-20, Fashion-MNIST) with device: cuda
 #   r50_tandem_*     bench/gpu_train_bench: ResNet-50, 224x224, batch 256, NHWC; fp32, tf32, bf16
 #   r50_pytorch      bench/pytorch_resnet50.py: the same in PyTorch on the same GPU
+#   gpt2_tandem      bench/gpu_train_bench --model gpt2: GPT-2 124M, batch 8 x 1024, AdamW; fp32, tf32, bf16
+#   gpt2_pytorch     bench/pytorch_gpt2.py: the same in PyTorch, eager attention and F.scaled_dot_product_attention
 #   sanitizer        the kernel tests (test_cuda_gpu) again under compute-sanitizer memcheck
 # and writes gpu_check.json, gpu_check.md and gpu_check_logs.tar.gz to the output folder. Every step
 # is time-boxed with `timeout` inside one overall budget (a step gets at most its own limit, and never
@@ -19,7 +21,8 @@
 #   --archive F    the pack (default .gpu/tandem-gpu.tar.xz)
 #   --budget S     overall wall-clock budget, unpacking and reports included (default 420: 7 minutes)
 #   --skip LIST    steps to leave out, by the names above (for a short rerun of the rest)
-# Environment: GPU_CHECK_R50_STEPS (20), GPU_CHECK_R50_WARMUP (5), GPU_CHECK_CTEST_JOBS (8),
+# Environment: GPU_CHECK_R50_STEPS (20), GPU_CHECK_R50_WARMUP (5), GPU_CHECK_GPT2_STEPS (5),
+#   GPU_CHECK_GPT2_WARMUP (2), GPU_CHECK_CTEST_JOBS (8),
 #   GPU_CHECK_CUDA_FROM (pip: the pip nvidia packages first; toolkit: /usr/local/cuda first),
 #   GPU_CHECK_SANITIZE_ALL=1 (memcheck every kernel, cuDNN's and cuBLAS's too: much slower),
 #   GPU_CHECK_SANITIZE_TESTS (test_cuda_gpu), GPU_CHECK_SANITIZE_GROUPS (gtest filters, one sanitizer
@@ -109,6 +112,17 @@ step_r50_pytorch() {
     --batch 256 --steps "$r50_steps" --warmup "$r50_warmup"
 }
 
+step_gpt2_tandem() {
+  [[ -x $pk/bench/gpu_train_bench ]] || { echo "gpu_train_bench is not in the pack (see MANIFEST)"; return 3; }
+  "$pk/bench/gpu_train_bench" --model gpt2 --precision fp32,tf32,bf16 --batch 8 --steps "$gpt2_steps" \
+    --warmup "$gpt2_warmup" --json
+}
+
+step_gpt2_pytorch() {
+  LD_LIBRARY_PATH=$orig_ld PYTHONUNBUFFERED=1 python3 "$root/bench/pytorch_gpt2.py" --attention eager,sdpa \
+    --precision fp32,tf32,bf16 --batch 8 --steps "$gpt2_steps" --warmup "$gpt2_warmup"
+}
+
 step_sanitizer() {
   local cs c
   cs=$(command -v compute-sanitizer)
@@ -125,7 +139,7 @@ step_sanitizer() {
   # The kernel tests run in groups, one sanitizer process each, so that a group cut off by the
   # step's limit still leaves the earlier groups' summaries (a single run reports only at its end).
   # NCCL's collectives (proxy threads, host-mapped memory) are slow under memcheck and not our kernels.
-  local groups=${GPU_CHECK_SANITIZE_GROUPS:-"CudaElementwise*:CudaSum*:CudaDropout*:CudaSoftmax*:CudaClassification* *Pool*:BatchNorm*:OptimizerGpu*:MatmulGpu*:LinearGpu* CudaConv*:CudaDevice*"}
+  local groups=${GPU_CHECK_SANITIZE_GROUPS:-"CudaElementwise*:CudaSum*:CudaDropout*:CudaSoftmax*:CudaClassification* TensorOpsGpuTest* *Pool*:BatchNorm*:OptimizerGpu*:MatmulGpu*:LinearGpu* CudaConv*:CudaDevice*"}
   # Failed API calls made inside cuDNN and cuBLAS (their own probing) are not faults: only invalid
   # accesses in our kernels count.
   local base=("$cs" --tool memcheck --report-api-errors no --error-exitcode 99 --print-limit 30)
@@ -155,303 +169,7 @@ step_sanitizer() {
   return $rc
 }
 
-# ---- the reports: gpu_check.json (every figure) and gpu_check.md (the same, to read) --------------
-report_py=$(cat <<'PY'
-import csv, glob, json, os, re, time
-import xml.etree.ElementTree as ET
-
-E = os.environ
-work, pk, logs, out = E["work"], E["pk"], E["logs"], E["GPU_CHECK_OUT"]
-hint = E["GPU_CHECK_HINT"]
-
-
-def read(path):
-    try:
-        with open(path, errors="replace") as f:
-            return f.read()
-    except OSError:
-        return ""
-
-
-def load_json(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
-def json_lines(text):
-    found = []
-    for line in text.splitlines():
-        line = line.strip()
-        if line.startswith("{"):
-            try:
-                found.append(json.loads(line))
-            except ValueError:
-                pass
-    return found
-
-
-def last_lines(path, n=3):
-    lines = [l for l in read(path).splitlines() if l.strip()]
-    return " | ".join(lines[-n:])[-600:]
-
-
-manifest = dict(l.split("=", 1) for l in read(f"{pk}/MANIFEST").splitlines() if "=" in l)
-steps = []
-for line in read(f"{logs}/steps.tsv").splitlines():
-    name, status, rc, secs, limit, start, end, note = (line.split("\t") + [""] * 8)[:8]
-    steps.append({"name": name, "status": status, "exit_code": int(rc) if rc else None, "seconds": float(secs or 0),
-                  "limit_s": int(limit or 0), "start": float(start or 0), "end": float(end or 0), "note": note,
-                  "log": f"logs/{name}.log"})
-step = {s["name"]: s for s in steps}
-os_release = dict(l.split("=", 1) for l in read("/etc/os-release").splitlines() if "=" in l)
-report = {
-    "schema": 1, "hint": hint, "reason": E.get("GPU_CHECK_REASON", ""),
-    "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() - int(E["GPU_CHECK_WALL"]))),
-    "wall_s": int(E["GPU_CHECK_WALL"]), "budget_s": int(E["GPU_CHECK_BUDGET"]),
-    "host": {"os": os_release.get("PRETTY_NAME", "").strip('"'), "kernel": os.uname().release,
-             "cpus": os.cpu_count(), "glibc": os.confstr("CS_GNU_LIBC_VERSION")},
-    "pack": manifest, "ld_library_path": read(f"{logs}/ld_library_path.txt").strip(),
-    "libraries": dict(l.split("\t", 1) for l in read(f"{logs}/libraries.tsv").splitlines() if "\t" in l),
-    "ldd_problems": [l for l in read(f"{logs}/ldd_problems.txt").splitlines() if l.strip()],
-    "steps": steps,
-}
-
-# nvidia-smi
-rows = list(csv.reader(read(f"{logs}/nvidia_smi.csv").splitlines()))
-gpu = {h.strip(): v.strip() for h, v in zip(rows[0], rows[1])} if len(rows) > 1 else {}
-gpu["list"] = read(f"{logs}/nvidia_smi_L.txt").strip()
-gpu["compute_cap"] = read(f"{logs}/nvidia_smi_cc.txt").strip()
-report["gpu"] = gpu
-report["doctor"] = load_json(f"{logs}/doctor.json")
-
-# gpu tests: ctest's summary and JUnit file, or gtest's JSON files
-log = read(f"{logs}/gpu_tests.log")
-tests = {"runner": (re.findall(r"^runner: (\w+)", log, re.M) or ["none"])[0], "failed_names": [], "skipped": []}
-junit = f"{logs}/ctest_junit.xml"
-if tests["runner"] == "ctest" and os.path.exists(junit):
-    try:
-        cases = list(ET.parse(junit).getroot().iter("testcase"))
-    except ET.ParseError:
-        cases = []
-    tests["total"] = len(cases)
-    for c in cases:
-        name = c.get("name")
-        if c.find("failure") is not None or c.get("status") == "fail":
-            tests["failed_names"].append(name)
-        elif c.find("skipped") is not None or c.get("status") in ("notrun", "disabled"):
-            text = (c.findtext("system-out") or "").splitlines()
-            why = [text[i + 1] for i, l in enumerate(text[:-1]) if l.rstrip().endswith("Skipped")]
-            tests["skipped"].append({"name": name, "why": (why or [""])[0][:300]})
-else:
-    m = re.search(r"(\d+)% tests passed, (\d+) tests? failed out of (\d+)", log)
-    if m:
-        tests["total"] = int(m.group(3))
-        tests["failed_names"] = re.findall(r"^\s*\d+ - (\S+) \((?:Failed|Timeout|SEGFAULT|Subprocess aborted|Exception|Not Run)", log, re.M)
-    total = 0
-    for path in sorted(glob.glob(f"{logs}/gtest_*.json")):
-        doc = load_json(path) or {}
-        for suite in doc.get("testsuites", []):
-            for t in suite.get("testsuite", []):
-                total += 1
-                name = f"{suite.get('name')}.{t.get('name')}"
-                if t.get("failures"):
-                    tests["failed_names"].append(name)
-                elif t.get("result") == "SKIPPED":
-                    tests["skipped"].append({"name": name, "why": (t.get("skipped") or [{}])[0].get("message", "")[:300]
-                                             if isinstance(t.get("skipped"), list) else ""})
-    if total:
-        tests["total"] = total
-listed = re.search(r"^runner: ctest \((\d+) tests", log, re.M)
-tests["listed"] = int(listed.group(1)) if listed else tests.get("total", 0)
-# gtest's JSON has no skip message: the reasons are the lines after "Skipped" in the log.
-lines = log.splitlines()
-tests["skip_reasons"] = sorted({t["why"] for t in tests["skipped"] if t["why"]} or
-                               {lines[i + 1][:300] for i, l in enumerate(lines[:-1]) if l.rstrip().endswith("Skipped")})
-tests["failed"] = len(tests["failed_names"])
-tests["passed"] = max(0, tests.get("total", 0) - tests["failed"] - len(tests["skipped"]))
-report["tests"] = tests
-
-# compute-sanitizer
-san = {"kernel_filter": "kns=tandem" if "--kernel-name" in read(f"{logs}/sanitizer.log") else "none", "binaries": {}}
-for path in sorted(glob.glob(f"{logs}/sanitizer_*.log")):
-    name = os.path.basename(path)[len("sanitizer_"):-len(".log")]
-    text = read(path)
-    m = re.search(r"ERROR SUMMARY: (\d+) error", text)
-    doc = load_json(f"{logs}/sanitizer_{name}.json") or {}
-    san["binaries"][name] = {"errors": int(m.group(1)) if m else None, "finished": bool(m),
-                             "tests": doc.get("tests"), "test_failures": doc.get("failures"),
-                             "first_errors": [l for l in text.splitlines() if l.startswith("========= ") and
-                                              ("Invalid" in l or "Error" in l)][:5]}
-report["sanitizer"] = san
-
-# ResNet-20, one epoch
-summary = load_json(f"{work}/runs/resnet20/run_summary.json")
-r20 = {"run_summary": summary}
-if summary:
-    fm = summary.get("final_metrics", {})
-    r20.update({"images_per_sec": summary.get("images_per_sec"), "train_loss": fm.get("train_loss"),
-                "eval_top1": fm.get("eval_top1"), "eval_loss": fm.get("eval_loss"), "steps": summary.get("steps"),
-                "wall_time_s": summary.get("wall_time_s"), "device": summary.get("device"),
-                "step_time_ms": summary.get("step_time_ms"), "input_bound_verdict": summary.get("input_bound_verdict")})
-    train_top1 = [r for r in csv.DictReader(read(f"{work}/runs/resnet20/metrics.csv").splitlines())
-                  if r.get("tag") == "train/top1"]
-    if train_top1:
-        r20["train_top1_last_logged"] = float(train_top1[-1]["value"])
-elif "resnet20" in step:
-    r20["error"] = last_lines(f"{logs}/resnet20.log")
-report["resnet20"] = r20
-
-# ResNet-50: ours and PyTorch's, and their ratio
-r50 = {"tandem": {}, "pytorch": {}, "ratio_tandem_over_pytorch": {}}
-for p in ("fp32", "tf32", "bf16"):
-    got = [d for d in json_lines(read(f"{logs}/r50_tandem_{p}.log")) if "images_per_sec" in d]
-    if got:
-        r50["tandem"][p] = got[0]
-    elif f"r50_tandem_{p}" in step:
-        r50["tandem"][p] = {"error": last_lines(f"{logs}/r50_tandem_{p}.log")}
-for d in json_lines(read(f"{logs}/r50_pytorch.log")):
-    if d.get("precision"):
-        r50["pytorch"][d["precision"]] = d
-    elif d.get("error"):
-        r50["pytorch"]["error"] = d["error"]
-for p in ("fp32", "tf32", "bf16"):
-    a, b = r50["tandem"].get(p, {}).get("images_per_sec"), r50["pytorch"].get(p, {}).get("images_per_sec")
-    r50["ratio_tandem_over_pytorch"][p] = round(a / b, 3) if a and b else None
-report["resnet50"] = r50
-
-# Device memory in use (nvidia-smi every 0.5 s): the whole check's peak and each step's
-samples = []
-for line in read(f"{logs}/gpu_memory.csv").splitlines():
-    parts = [x.strip() for x in line.split(",")]
-    try:
-        stamp, frac = (parts[0].split(".") + ["0"])[:2]
-        samples.append((time.mktime(time.strptime(stamp, "%Y/%m/%d %H:%M:%S")) + float("0." + frac), int(parts[1])))
-    except (ValueError, IndexError):
-        pass
-memory = {"samples": len(samples), "peak_used_mib": max((m for _, m in samples), default=None),
-          "idle_used_mib": samples[0][1] if samples else None, "per_step_peak_used_mib": {}}
-for s in steps:
-    inside = [m for t, m in samples if s["start"] - 0.5 <= t <= s["end"] + 0.5]
-    if inside:
-        memory["per_step_peak_used_mib"][s["name"]] = max(inside)
-memory["tandem_allocator_peak_bytes"] = {p: d.get("peak_bytes_in_use") for p, d in r50["tandem"].items()}
-memory["pytorch_peak_allocated_bytes"] = {p: d.get("peak_bytes_allocated") for p, d in r50["pytorch"].items()
-                                          if isinstance(d, dict)}
-report["memory"] = memory
-
-# Verdict
-problems = []
-if hint == "no_gpu":
-    problems.append(f"no GPU: {report['reason']}")
-elif hint == "not_packed":
-    problems.append(report["reason"])
-for key in ("targets_missing", "targets_stale"):
-    if manifest.get(key, "").strip():
-        problems.append(f"pack: {key.split('_')[1]} targets: {manifest[key]}")
-if report["ldd_problems"]:
-    problems.append(f"ldd: {len(report['ldd_problems'])} unresolved libraries (first: {report['ldd_problems'][0]})")
-for s in steps:
-    if s["status"] not in ("ok",) and not (s["status"] == "skipped" and s["note"] == "--skip"):
-        problems.append(f"step {s['name']}: {s['status']}" + (f" (exit {s['exit_code']})" if s["exit_code"] else "")
-                        + (f", {s['note']}" if s["note"] else ""))
-if tests["failed"]:
-    problems.append(f"gpu tests: {tests['failed']} failed: {', '.join(tests['failed_names'][:10])}")
-if tests["listed"] > tests.get("total", 0):
-    problems.append(f"gpu tests: {tests['listed'] - tests.get('total', 0)} of {tests['listed']} never ran (out of time)")
-if tests["skipped"] and hint == "ran":
-    problems.append(f"gpu tests: {len(tests['skipped'])} skipped on a GPU machine ({'; '.join(tests['skip_reasons'])[:300]})")
-for name, b in san["binaries"].items():
-    if b["errors"]:
-        problems.append(f"compute-sanitizer: {b['errors']} memcheck errors in {name}")
-status = {"no_gpu": "no_gpu", "not_packed": "not_packed"}.get(hint, "ok" if not problems else "attention")
-report["status"], report["problems"] = status, problems
-with open(f"{out}/gpu_check.json", "w") as f:
-    json.dump(report, f, indent=2)
-
-
-# Markdown
-def num(v, fmt="{:.1f}"):
-    return "-" if v is None else fmt.format(v)
-
-
-def gib(v):
-    return "-" if not v else f"{v / 2**30:.2f}"
-
-
-md = [f"# GPU check: {status}", ""]
-md.append(f"{report['started_at']}, {gpu.get('name', 'no GPU')}, driver {gpu.get('driver_version', '-')}, "
-          f"{report['host']['os']} ({report['host']['glibc']}); pack {manifest.get('git_commit', '?')[:12]} "
-          f"({manifest.get('git_dirty_files', '?')} files uncommitted) built {manifest.get('built_at', '?')}, "
-          f"sm {manifest.get('cuda_architectures', '?')}; {report['wall_s']} s of a {report['budget_s']} s budget.")
-md += ["", "## Problems", ""] + ([f"- {p}" for p in problems] or ["none"])
-md += ["", "## Steps", "", "| step | status | seconds | limit s | peak GPU memory used, MiB |", "|---|---|---|---|---|"]
-for s in steps:
-    md.append(f"| {s['name']} | {s['status']} | {s['seconds']:.1f} | {s['limit_s']} | "
-              f"{memory['per_step_peak_used_mib'].get(s['name'], '-')} |")
-md += ["", f"Peak device memory in use over the whole check (nvidia-smi): {memory['peak_used_mib'] or '-'} MiB "
-       f"(idle {memory['idle_used_mib'] or '-'} MiB)."]
-md += ["", "## GPU tests", "", f"runner {tests['runner']}: {tests['listed']} listed, {tests.get('total', 0)} ran, {tests['passed']} passed, "
-       f"{tests['failed']} failed, {len(tests['skipped'])} skipped."]
-md += [f"- failed: {n}" for n in tests["failed_names"][:30]]
-md += [f"- skipped: {t['name']}" + (f": {t['why']}" if t["why"] else "") for t in tests["skipped"][:10]]
-md += [f"- skip reason: {r}" for r in tests["skip_reasons"][:5]]
-md += ["", "## compute-sanitizer memcheck", "", f"kernel filter: {san['kernel_filter']}"]
-for name, b in san["binaries"].items():
-    md.append(f"- {name}: {num(b['errors'], '{}')} errors" + ("" if b["finished"] else " (did not finish)")
-              + f", {num(b['tests'], '{}')} tests, {num(b['test_failures'], '{}')} test failures")
-    md += [f"  - {l}" for l in b["first_errors"]]
-md += ["", "## ResNet-20, one epoch of configs/resnet.yaml on the GPU", ""]
-if summary:
-    md += ["| images/s | train loss | train top-1 (last logged) | eval top-1 | eval loss | steps | wall s |",
-           "|---|---|---|---|---|---|---|",
-           f"| {num(r20['images_per_sec'])} | {num(r20['train_loss'], '{:.4f}')} | "
-           f"{num(r20.get('train_top1_last_logged'), '{:.4f}')} | {num(r20['eval_top1'], '{:.4f}')} | "
-           f"{num(r20['eval_loss'], '{:.4f}')} | {r20['steps']} | {num(r20['wall_time_s'])} |"]
-    if r20.get("input_bound_verdict"):
-        md += ["", f"Input: {r20['input_bound_verdict']}"]
-else:
-    md.append(f"no run summary: {r20.get('error', 'not run')}")
-md += ["", f"## ResNet-50 training, 224x224, batch 256, NHWC, {E.get('r50_steps')} timed steps after "
-       f"{E.get('r50_warmup')} warm-up", "",
-       "| precision | Tandem images/s | PyTorch images/s | Tandem / PyTorch | Tandem step p50 / p95 ms | "
-       "PyTorch step p50 / p95 ms | Tandem peak GiB | PyTorch peak GiB |", "|---|---|---|---|---|---|---|---|"]
-for p in ("fp32", "tf32", "bf16"):
-    a, b = r50["tandem"].get(p, {}), r50["pytorch"].get(p, {})
-    sa, sb = a.get("step_ms", {}), b.get("step_ms", {})
-    md.append(f"| {p} | {num(a.get('images_per_sec'))} | {num(b.get('images_per_sec'))} | "
-              f"{num(r50['ratio_tandem_over_pytorch'][p], '{:.3f}')} | {num(sa.get('p50'))} / {num(sa.get('p95'))} | "
-              f"{num(sb.get('p50'))} / {num(sb.get('p95'))} | {gib(a.get('peak_bytes_in_use'))} | "
-              f"{gib(b.get('peak_bytes_allocated'))} |")
-for p in ("fp32", "tf32", "bf16"):
-    prof = r50["tandem"].get(p, {}).get("profile")
-    if prof:
-        top = sorted(prof.get("kernels_ms", {}).items(), key=lambda kv: -kv[1][0])[:8]
-        md.append(f"- Tandem {p}, per kernel ({prof['steps']} fenced steps of {prof['step_ms']:.1f} ms; outside "
-                  f"kernels {prof['outside_kernels_ms']:.1f} ms): "
-                  + ", ".join(f"{name} {ms:.1f} ms ({calls} calls)" for name, (ms, calls) in top))
-for p in ("fp32", "tf32", "bf16"):
-    for who in ("tandem", "pytorch"):
-        if "error" in r50[who].get(p, {}):
-            md.append(f"- {who} {p}: {r50[who][p]['error']}")
-if "error" in r50["pytorch"]:
-    md.append(f"- pytorch: {r50['pytorch']['error']}")
-if r50["pytorch"]:
-    first = next((d for d in r50["pytorch"].values() if isinstance(d, dict) and d.get("torch")), {})
-    md += ["", f"PyTorch {first.get('torch', '?')}, cuDNN {first.get('cudnn', '?')}, model: {first.get('model_source', '?')}."]
-doctor = report["doctor"] or {}
-md += ["", "## trainer doctor", "", f"{doctor.get('verdict', 'no report')}"]
-md += [f"- {c.get('severity')}: {c.get('summary')} (fix: {c.get('fix')})" for c in doctor.get("causes", [])]
-md += ["", "## Libraries", "", "| library | from |", "|---|---|"]
-md += [f"| {k} | {v or 'NOT FOUND'} |" for k, v in report["libraries"].items()]
-md += ["", "Logs: gpu_check_logs.tar.gz (logs/<step>.log, steps.tsv, nvidia-smi, doctor.json, the ResNet-20 run summary)."]
-with open(f"{out}/gpu_check.md", "w") as f:
-    f.write("\n".join(md) + "\n")
-raise SystemExit({"ok": 0, "no_gpu": 2}.get(status, 1))
-PY
-)
+# ---- the reports: tools/scripts/gpu_check_report.py writes gpu_check.json and gpu_check.md -------
 
 if [[ ${1:-} == __step ]]; then
   name=$2
@@ -481,6 +199,7 @@ deadline=$((t0 + budget))
 report_reserve=20  # seconds kept for the reports and the log archive
 export root work pk logs
 export r50_steps=${GPU_CHECK_R50_STEPS:-20} r50_warmup=${GPU_CHECK_R50_WARMUP:-5} ctest_jobs=${GPU_CHECK_CTEST_JOBS:-8}
+export gpt2_steps=${GPU_CHECK_GPT2_STEPS:-5} gpt2_warmup=${GPU_CHECK_GPT2_WARMUP:-2}
 export orig_ld=${LD_LIBRARY_PATH:-}
 case $work in /|"$root"|"$HOME"|"") echo "gpu_check: GPU_CHECK_WORK=$work would be wiped: choose a scratch folder" >&2; exit 1 ;; esac
 rm -rf "$work" && mkdir -p "$pk" "$logs" "$out_dir" || { echo "gpu_check: cannot create $work or $out_dir" >&2; exit 1; }
@@ -488,12 +207,15 @@ steps_tsv=$logs/steps.tsv
 : >"$steps_tsv"
 
 # Order, limit and minimum of each step: a step never takes time that later steps' minimums need.
-order=(nvidia_smi doctor gpu_tests resnet20 r50_tandem_fp32 r50_tandem_tf32 r50_tandem_bf16 r50_pytorch sanitizer)
+order=(nvidia_smi doctor gpu_tests resnet20 r50_tandem_fp32 r50_tandem_tf32 r50_tandem_bf16 r50_pytorch gpt2_tandem
+       gpt2_pytorch sanitizer)
 declare -A cap=([nvidia_smi]=20 [doctor]=40 [gpu_tests]=120 [resnet20]=100 [r50_tandem_fp32]=70 [r50_tandem_tf32]=60
-                [r50_tandem_bf16]=60 [r50_pytorch]=120 [sanitizer]=120)
+                [r50_tandem_bf16]=60 [r50_pytorch]=120 [gpt2_tandem]=90 [gpt2_pytorch]=90 [sanitizer]=120)
 declare -A floor=([nvidia_smi]=5 [doctor]=10 [gpu_tests]=40 [resnet20]=40 [r50_tandem_fp32]=30 [r50_tandem_tf32]=30
-                  [r50_tandem_bf16]=30 [r50_pytorch]=60 [sanitizer]=0)
+                  [r50_tandem_bf16]=30 [r50_pytorch]=60 [gpt2_tandem]=30 [gpt2_pytorch]=40 [sanitizer]=0)
 
+# A step left out (--skip) reserves no time.
+for s in "${order[@]}"; do [[ ,$skip, == *,$s,* ]] && floor[$s]=0; done
 # A budget below the minimums' sum shrinks every minimum alike, so the first steps are not the ones
 # left out.
 floor_sum=0
@@ -552,7 +274,7 @@ write_reports() {  # status-hint (no_gpu / not_packed / ran) [partial]
   local partial=${2:-}
   [[ -z $partial && -n ${sampler:-} ]] && kill "$sampler" 2>/dev/null
   GPU_CHECK_HINT=$1 GPU_CHECK_WALL=$(($(date +%s) - t0)) GPU_CHECK_BUDGET=$budget GPU_CHECK_OUT=$out_dir \
-    GPU_CHECK_REASON=${no_gpu_reason:-} python3 - <<<"$report_py"
+    GPU_CHECK_REASON=${no_gpu_reason:-} python3 "$root/tools/scripts/gpu_check_report.py"
   local rc=$?
   # Logs, the ResNet-20 run's summary and metrics: one file (the device call returns 8 files at most).
   cp "$work/runs/resnet20/run_summary.json" "$logs/resnet20_run_summary.json" 2>/dev/null
@@ -663,6 +385,8 @@ run_step r50_tandem_fp32 fp32
 run_step r50_tandem_tf32 tf32
 run_step r50_tandem_bf16 bf16
 run_step r50_pytorch
+run_step gpt2_tandem
+run_step gpt2_pytorch
 run_step sanitizer
 write_reports ran
 exit $?

@@ -4,7 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include "engine/train/checkpoint/checkpoint.h"
-#include "engine/train/classification_task.h"
+#include "engine/train/tasks.h"
 #include "engine/train/evaluation.h"
 #include "models/registry.h"
 #include "tools/trainer/prepare_data.h"
@@ -29,26 +29,26 @@ int run_eval(const EvalArgs& args) {
       {.device = "cpu", .devices = "cpu:1", .global_batch_size = c.loop.global_batch_size > 0
                                                                      ? c.loop.global_batch_size
                                                                      : c.loop.per_replica_batch_size});
-  auto model = models::create_model({c.model.name, c.model.num_classes, c.model.in_channels, c.model.input_size,
-                                     c.model.hidden});
+  auto model = models::create_model(c.model);
   train::CheckpointMeta meta = train::CheckpointManager::load(args.checkpoint, *model, nullptr);
   auto sources = make_sources(config.eval_data.value_or(config.data), plan, c, true, nullptr);
   ExecutionContext ctx(Device::cpu(), plan.threads_per_replica, c.seed);
-  train::ImageClassification task(c.model, c.loop.label_smoothing);
-  train::EvalSums e = train::evaluate_pass(ctx, *model, *sources.front(), task);
+  std::shared_ptr<train::Task> task = train::make_task(c);
+  train::EvalSums e = train::evaluate_pass(ctx, *model, *sources.front(), *task);
   TANDEM_CHECK(e.examples > 0, ErrorCode::kFailedPrecondition, "eval: the evaluation data yielded no examples");
-  struct {
-    double loss, top1, top5, examples;
-  } s{e.sums[0], e.sums[1], e.sums[2], e.examples};
+  std::vector<double> means;
+  for (double sum : e.sums) means.push_back(sum / e.examples);
+  task->finish_eval(means);
+  const std::vector<std::string> names = task->eval_metrics();
   nlohmann::json out = {{"checkpoint", args.checkpoint}, {"step", meta.step},
-                        {"examples", static_cast<int64_t>(s.examples)}, {"loss", s.loss / s.examples},
-                        {"top1", s.top1 / s.examples}, {"top5", s.top5 / s.examples}};
+                        {"examples", static_cast<int64_t>(e.examples)}};
+  for (size_t i = 0; i < names.size(); ++i) out[names[i]] = means[i];
   if (args.json) {
     std::puts(out.dump(2).c_str());
   } else {
-    std::printf("checkpoint %s (step %lld): loss %.4f, top-1 %.2f%%, top-5 %.2f%% on %lld examples\n",
-                args.checkpoint.c_str(), static_cast<long long>(meta.step), s.loss / s.examples,
-                100 * s.top1 / s.examples, 100 * s.top5 / s.examples, static_cast<long long>(s.examples));
+    std::printf("checkpoint %s (step %lld): %s on %lld examples\n", args.checkpoint.c_str(),
+                static_cast<long long>(meta.step), task->describe_eval(means).c_str(),
+                static_cast<long long>(e.examples));
   }
   return 0;
 }

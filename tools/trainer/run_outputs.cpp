@@ -72,6 +72,7 @@ nlohmann::json run_summary_json(const train::RunSummary& s) {
   for (const auto& [name, value] : s.final_metrics) final_metrics[name] = value;
   return {
       {"images_per_sec", s.images_per_sec},
+      {"throughput_unit", s.throughput_unit},
       {"step_time_ms", {{"p50", s.step_time_p50_ms}, {"p95", s.step_time_p95_ms}}},
       {"timed_steps", n},
       {"breakdown",

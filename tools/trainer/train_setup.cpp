@@ -75,8 +75,7 @@ train::TrainerSetup make_trainer_setup(const RunConfig& rc, const distribute::Re
   setup.config = c;
   setup.plan = plan;
   setup.config_hash = rc.shared_digest;
-  models::ModelSpec spec{c.model.name, c.model.num_classes, c.model.in_channels, c.model.input_size, c.model.hidden};
-  setup.make_model = [spec] { return models::create_model(spec); };
+  setup.make_model = [spec = c.model] { return models::create_model(spec); };
   setup.train_sources = make_sources(rc.data, setup.plan, c, false, &setup.steps_per_epoch);
   if (rc.eval_data) setup.eval_sources = make_sources(*rc.eval_data, setup.plan, c, true, nullptr);
   setup.run_dir = run_dir;

@@ -10,12 +10,14 @@
 #include "engine/distribute/bootstrap/client.h"
 #include "engine/distribute/process_link.h"
 #include "engine/train/callbacks.h"
+#include "engine/train/checkpoint/checkpoint.h"
 #include "engine/train/metrics_csv_sink.h"
 #include "engine/train/processes.h"
 #include "engine/train/run_lock.h"
 #include "engine/train/stop_signals.h"
 #include "tools/trainer/prepare_data.h"
 #include "tools/trainer/run_outputs.h"
+#include "tools/trainer/text_generation.h"
 #include "tools/trainer/train_setup.h"
 #include "tools/trainer/verbs.h"
 
@@ -46,11 +48,26 @@ int run_follower(train::TrainerSetup setup) {
 }
 
 void print_summary(const train::RunSummary& s, const std::filesystem::path& run_dir) {
-  spdlog::info("done: {} steps in {} epochs, {:.1f} images/s (after warm-up), step time p50 {:.1f} ms, p95 {:.1f} ms",
-               s.steps, s.epochs, s.images_per_sec, s.step_time_p50_ms, s.step_time_p95_ms);
+  spdlog::info("done: {} steps in {} epochs, {:.1f} {}/s (after warm-up), step time p50 {:.1f} ms, p95 {:.1f} ms",
+               s.steps, s.epochs, s.images_per_sec, s.throughput_unit == "tok" ? "tokens" : "images",
+               s.step_time_p50_ms, s.step_time_p95_ms);
   spdlog::info("step time: {}", s.breakdown.describe(s.timed_steps));
   for (const auto& [name, value] : s.final_metrics) spdlog::info("final {}: {:.4f}", name, value);
   spdlog::info("outputs in {}", run_dir.string());
+}
+
+// After a byte-level GPT's run: a sample from its last checkpoint, as `trainer generate` would print
+// it (temperature 0.8, the 40 likeliest bytes, the run's seed), so a run shows what it learned.
+void print_text_sample(const RunConfig& config, const std::filesystem::path& checkpoints) {
+  const train::ModelConfig& model = config.train.model;
+  if (model.name != "gpt" || model.vocab_size != 256) return;
+  std::optional<std::filesystem::path> last = train::CheckpointManager(checkpoints, 0).latest();
+  if (!last) return;
+  TextGeneration request{.checkpoint = *last, .prompt = "\n",
+                         .options = {.max_new_tokens = 400, .temperature = 0.8f, .top_k = 40, .seed = config.train.seed}};
+  spdlog::info("a sample of the trained model (trainer generate --checkpoint {} --max-new-tokens 400 --temperature "
+               "0.8 --top-k 40 --seed {}):\n{}",
+               last->string(), config.train.seed, generate_text(request));
 }
 
 // Whether two paths name the same directory, comparing absolute, normalised paths ("out/" is "out").
@@ -118,7 +135,10 @@ int run_training(const TrainArgs& args) {
   summary.wall_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   write_run_summary(run_dir / "run_summary.json", summary);
   print_summary(summary, run_dir);
-  if (summary.stop_signal == 0) return 0;
+  if (summary.stop_signal == 0) {
+    print_text_sample(config, checkpoints);
+    return 0;
+  }
   const bool saved = std::filesystem::exists(checkpoints / fmt::format("step-{:08d}", summary.steps));
   spdlog::warn("stopped by signal {} after step {}; {}. Resume with: trainer --config {} --run-dir {} --set "
                "checkpoint.resume=auto",

@@ -35,6 +35,7 @@ int tandem::trainer_main(int argc, char** argv) {
   tandem::tools::add_convert_verb(app, exit_code);
   tandem::tools::add_bench_input_verb(app, exit_code);
   tandem::tools::add_eval_verb(app, exit_code);
+  tandem::tools::add_generate_verb(app, exit_code);
   tandem::tools::add_scaling_verb(app, exit_code);
   tandem::tools::add_train_verb(app, exit_code);
   try {

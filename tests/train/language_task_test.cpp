@@ -1,0 +1,103 @@
+// The language-modelling task through the Trainer (a small GPT on token windows of a repeating
+// text): it learns, its evaluation reports perplexity exp(loss) and bits per byte, two replicas
+// train as one; and gradient accumulation: K micro-batches give the step one K-times batch gives,
+// on one replica and on two, and a K that does not divide the batch is refused naming the numbers.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numbers>
+#include <string>
+
+#include "engine/train/language_task.h"
+#include "tests/train/trainer_fixture.h"
+
+namespace tandem::train {
+namespace {
+
+using namespace fixture;
+
+constexpr int64_t kWindow = 9;  // 8 predicted tokens per window
+
+// Windows of a repeating byte text, global batch k of an epoch sliced among replicas as SliceSource.
+class TokenSource : public BatchSource {
+ public:
+  TokenSource(int rank, int replicas, int64_t per_replica) : rank_(rank), replicas_(replicas), b_(per_replica) {}
+  void start_epoch(int64_t) override { k_ = 0; }
+  bool next(Batch& batch) override {
+    if (k_ >= 4) return false;
+    Tensor tokens = Tensor::empty({b_, kWindow}, DType::kI64);
+    const std::string text = "the cat sat on the mat. ";
+    for (int64_t i = 0; i < b_; ++i) {
+      const int64_t window = k_ * b_ * replicas_ + rank_ * b_ + i;
+      for (int64_t j = 0; j < kWindow; ++j) {
+        tokens.data<int64_t>()[i * kWindow + j] =
+            static_cast<unsigned char>(text[static_cast<size_t>((window * 5 + j) % static_cast<int64_t>(text.size()))]);
+      }
+    }
+    batch.set(kTokens, tokens);
+    ++k_;
+    return true;
+  }
+
+ private:
+  int rank_, replicas_;
+  int64_t b_, k_ = 0;
+};
+
+TrainConfig gpt_config(const std::filesystem::path& dir) {
+  TrainConfig c = base_config(dir);
+  c.model = {.name = "gpt", .block_size = 16, .vocab_size = 256, .n_layer = 2, .n_head = 2, .n_embd = 32};
+  c.optimizer = {.name = "adamw", .lr = 3e-3f, .weight_decay = 0.1f, .exclude_norm_and_bias_from_weight_decay = true};
+  c.loop.epochs = 6;
+  return c;
+}
+
+auto token_sources(int replicas) {
+  return [replicas](int r) { return std::make_unique<TokenSource>(r, replicas, 8 / replicas); };
+}
+
+TEST_F(TrainerTest, AGptLearnsATextAndReportsPerplexityAndBitsPerByte) {
+  TrainConfig c = gpt_config(dir_);
+  std::vector<std::unique_ptr<BatchSource>> eval;
+  eval.push_back(std::make_unique<TokenSource>(0, 1, 8));
+  TrainedRun run = train(c, 1, token_sources(1), std::move(eval));
+  const double loss = run.summary.final_metrics.at("eval_loss");
+  EXPECT_LT(loss, 0.5 * std::log(256.0)) << "a repeating text is far easier than uniform bytes";
+  EXPECT_NEAR(run.summary.final_metrics.at("eval_perplexity"), std::exp(loss), 1e-9 * std::exp(loss));
+  EXPECT_NEAR(run.summary.final_metrics.at("eval_bits_per_byte"), loss / std::numbers::ln2, 1e-9);
+}
+
+TEST_F(TrainerTest, TwoGptReplicasTrainAsOne) {
+  TrainConfig c = gpt_config(dir_);
+  c.loop.epochs = 2;
+  TrainedRun one = train(c, 1, token_sources(1));
+  TrainedRun two = train(c, 2, token_sources(2));
+  EXPECT_LT(max_relative_difference(one, two), 1e-5);
+}
+
+TEST_F(TrainerTest, GradientAccumulationEqualsTheWholeBatch) {
+  for (int replicas : {1, 2}) {
+    TrainConfig c = base_config(dir_);
+    c.loop.steps = 10;
+    auto source = [&](int r) { return std::make_unique<SliceSource>(data_, r, replicas, 8 / replicas); };
+    TrainedRun whole = train(c, replicas, source);
+    c.loop.grad_accumulation_steps = 2;
+    TrainedRun accumulated = train(c, replicas, source);
+    EXPECT_LT(max_relative_difference(whole, accumulated), 1e-6) << replicas << " replica(s)";
+    EXPECT_NEAR(accumulated.summary.final_metrics.at("train_loss"), whole.summary.final_metrics.at("train_loss"),
+                1e-5);
+  }
+  TrainConfig c = base_config(dir_);
+  c.loop.grad_accumulation_steps = 3;
+  try {
+    train(c, 2, [&](int r) { return std::make_unique<SliceSource>(data_, r, 2, 4); });
+    FAIL() << "3 micro-batches of a per-replica batch of 4";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("grad_accumulation_steps 3 does not divide the per-replica batch 4"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace tandem::train

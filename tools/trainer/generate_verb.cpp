@@ -1,0 +1,63 @@
+// `trainer generate --checkpoint DIR [--prompt TEXT] [--max-new-tokens N] [--temperature T]
+// [--top-k K] [--seed S] [--device cpu|cuda] [--no-cache]`: continues a prompt with a trained GPT,
+// printing each new byte as it comes. The model is built from the config the checkpoint keeps.
+#include <cstdio>
+#include <string>
+
+#include "engine/backend/plugin_loader.h"
+#include "tools/trainer/text_generation.h"
+#include "tools/trainer/verbs.h"
+
+namespace tandem::tools {
+namespace {
+
+struct GenerateArgs {
+  std::string checkpoint, device = "cpu";
+  TextGeneration request;
+  bool no_cache = false;
+};
+
+Device device_for(const std::string& name) {
+  if (name == "cpu") return Device::cpu();
+  const backend::CudaPluginStatus& plugin = backend::load_cuda_plugin();
+  TANDEM_CHECK(plugin.loaded && plugin.device_count > 0, ErrorCode::kUnavailable,
+               "generate --device cuda: no usable GPU: {} (run `trainer doctor`)", plugin.summary());
+  return Device::cuda(0);
+}
+
+int run_generate(GenerateArgs args) {
+  args.request.checkpoint = args.checkpoint;
+  args.request.device = device_for(args.device);
+  args.request.options.use_cache = !args.no_cache;
+  std::fwrite(args.request.prompt.data(), 1, args.request.prompt.size(), stdout);
+  generate_text(args.request, [](char c) {
+    std::fputc(static_cast<unsigned char>(c), stdout);
+    std::fflush(stdout);
+  });
+  std::fputc('\n', stdout);
+  return 0;
+}
+
+}  // namespace
+
+void add_generate_verb(CLI::App& app, int& exit_code) {
+  auto args = std::make_shared<GenerateArgs>();
+  CLI::App* verb = app.add_subcommand("generate", "Continue a prompt with a trained GPT checkpoint");
+  verb->add_option("--checkpoint", args->checkpoint, "A checkpoint directory (RUN/checkpoints/step-...)")->required();
+  verb->add_option("--prompt", args->request.prompt, "The text to continue (bytes are the tokens)")->capture_default_str();
+  verb->add_option("--max-new-tokens", args->request.options.max_new_tokens, "Tokens to generate")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30))
+      ->capture_default_str();
+  verb->add_option("--temperature", args->request.options.temperature, "Softmax temperature; 0 picks the largest logit")
+      ->check(CLI::Range(0.0f, 100.0f))
+      ->capture_default_str();
+  verb->add_option("--top-k", args->request.options.top_k, "Sample among the k largest logits only (0: all)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))
+      ->capture_default_str();
+  verb->add_option("--seed", args->request.options.seed, "Seed of the sampling")->capture_default_str();
+  verb->add_option("--device", args->device, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  verb->add_flag("--no-cache", args->no_cache, "Recompute the whole window for every token (no key/value cache)");
+  verb->callback([&exit_code, args] { exit_code = run_generate(*args); });
+}
+
+}  // namespace tandem::tools
