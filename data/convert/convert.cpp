@@ -36,6 +36,16 @@ std::vector<std::vector<size_t>> deal_records(size_t records, int shards, uint64
   return out;
 }
 
+std::vector<std::vector<size_t>> deal_in_order(size_t records, int shards) {
+  std::vector<std::vector<size_t>> out(static_cast<size_t>(shards));
+  const size_t base = records / out.size(), longer = records % out.size();
+  size_t next = 0;
+  for (size_t s = 0; s < out.size(); ++s) {
+    for (size_t k = 0; k < base + (s < longer ? 1 : 0); ++k) out[s].push_back(next++);
+  }
+  return out;
+}
+
 namespace {
 
 std::string shard_name(const ConvertOptions& o, int s, int n) {
@@ -74,7 +84,8 @@ ConvertSummary convert(const ConvertSource& source, const ConvertOptions& option
   fs::create_directories(options.output_dir, ec);
   TANDEM_CHECK(!ec, ErrorCode::kNotFound, "cannot create output folder {}: {}", options.output_dir, ec.message());
   const int n = plan_shard_count(source.estimated_bytes(), source.size(), options);
-  std::vector<std::vector<size_t>> dealt = deal_records(source.size(), n, options.seed);
+  std::vector<std::vector<size_t>> dealt =
+      options.shuffle ? deal_records(source.size(), n, options.seed) : deal_in_order(source.size(), n);
 
   ThreadPool pool(options.threads > 0 ? options.threads : std::min(available_cores(), n), "convert");
   std::atomic<uint64_t> done{0};
@@ -94,6 +105,7 @@ ConvertSummary convert(const ConvertSource& source, const ConvertOptions& option
     summary.records += s.records;
     summary.bytes += s.bytes;
   }
+  if (!source.labelled()) return summary;
   for (size_t i = 0; i < source.size(); ++i) ++summary.records_per_class[source.label(i)];
   for (const auto& [label, count] : summary.records_per_class) summary.class_names[label] = source.class_name(label);
   return summary;

@@ -20,6 +20,7 @@ struct ConvertOptions {
   uint64_t target_shard_bytes = 128ull << 20;
   int min_shards = 1;       // the verb passes cores x GPUs
   uint64_t seed = 0;
+  bool shuffle = true;      // false: shard s holds the s-th run of records, in order (seed unused)
   Compression compression = Compression::kNone;  // none or gzip (zlib works too)
   int threads = 0;          // 0: available cores
   bool write_index = false;  // DALI-style .idx beside each uncompressed shard
@@ -37,7 +38,7 @@ struct ConvertSummary {
   std::vector<ShardInfo> shards;
   uint64_t records = 0;
   uint64_t bytes = 0;
-  std::map<int64_t, uint64_t> records_per_class;  // by label
+  std::map<int64_t, uint64_t> records_per_class;  // by label; empty for a source without labels
   std::map<int64_t, std::string> class_names;
 };
 
@@ -46,6 +47,9 @@ int plan_shard_count(uint64_t estimated_bytes, uint64_t records, const ConvertOp
 
 // Shard s gets the records at positions s, s + n, s + 2n, ... of a seeded permutation.
 std::vector<std::vector<size_t>> deal_records(size_t records, int shards, uint64_t seed);
+// Shard s gets the s-th of `shards` runs of consecutive records, the first runs one longer when
+// they do not divide.
+std::vector<std::vector<size_t>> deal_in_order(size_t records, int shards);
 
 ConvertSummary convert(const ConvertSource& source, const ConvertOptions& options);
 

@@ -1,5 +1,6 @@
 // The raw-data sources `trainer convert` turns into tf.Example records: IDX files (MNIST,
-// Fashion-MNIST), CSV with a header, and an image folder with one sub-folder per class.
+// Fashion-MNIST), CSV with a header, and an image folder with one sub-folder per class (text
+// windows are in text.h).
 #pragma once
 
 #include <cstdint>
@@ -19,6 +20,7 @@ class ConvertSource {
   // The serialized tf.Example of item i; called from several threads at once.
   virtual std::string record(size_t i) const = 0;
   virtual int64_t label(size_t i) const = 0;  // the class index of item i
+  virtual bool labelled() const { return true; }  // false: no classes to count (text windows)
   virtual std::string class_name(int64_t label) const { return std::to_string(label); }
   virtual uint64_t estimated_bytes() const = 0;  // of all records, to size the shards
 };

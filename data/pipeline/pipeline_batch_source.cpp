@@ -50,6 +50,15 @@ bool PipelineBatchSource::next(Batch& batch) {
   return true;
 }
 
+std::unique_ptr<PipelineBatchSource> make_batch_source(const PipelineConfig& config, Dataset dataset,
+                                                       bool channels_last, PipelineBudget budget) {
+  if (config.tokens) {
+    return std::make_unique<PipelineBatchSource>(std::move(dataset), std::vector<std::string>{kTokensBatchName},
+                                                 budget);
+  }
+  return std::make_unique<PipelineBatchSource>(std::move(dataset), channels_last, budget);
+}
+
 void fill_image_batch(const Element& element, bool channels_last, Batch& batch) {
   TANDEM_CHECK(element.tensors.size() >= 2, ErrorCode::kInvalidArgument,
                "loader batch from {} has {} tensors; the training loop needs an image and a label "

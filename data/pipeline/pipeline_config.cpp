@@ -91,7 +91,20 @@ yaml::Keys image_keys(ImageMapOptions& im) {
   };
 }
 
-yaml::Keys data_keys(PipelineConfig& c) {
+yaml::Keys token_keys(TokenMapOptions& t) {
+  return {
+      {"key", [&](auto& n, auto& p) { t.key = scalar<std::string>(n, p, "a feature name"); }},
+      {"length", [&](auto& n, auto& p) { t.length = as_int(n, p, 2); }},
+      {"vocab_size", [&](auto& n, auto& p) { t.vocab_size = as_int(n, p, 1); }},
+  };
+}
+
+// Where the `image` and `tokens` sections were given, for the error when both are.
+struct RecordSections {
+  std::string image, tokens;
+};
+
+yaml::Keys data_keys(PipelineConfig& c, RecordSections& given) {
   return {
       {"files", [&](auto& n, auto& p) {
          c.files.clear();
@@ -119,7 +132,18 @@ yaml::Keys data_keys(PipelineConfig& c) {
       {"global_batch_size", [&](auto& n, auto& p) { c.global_batch_size = as_int(n, p, 1); }},
       {"drop_remainder", [&](auto& n, auto& p) { c.drop_remainder = as_bool(n, p); }},
       {"prefetch", [&](auto& n, auto& p) { c.prefetch = as_count(n, p, 0); }},
-      {"image", [&](auto& n, auto& p) { walk(n, p, image_keys(c.image)); }},
+      {"image", [&](auto& n, auto& p) {
+         given.image = where(n, p);
+         walk(n, p, image_keys(c.image));
+       }},
+      {"tokens", [&](auto& n, auto& p) {
+         given.tokens = where(n, p);
+         walk(n, p, token_keys(c.tokens.emplace()));
+         TANDEM_CHECK(c.tokens->length > 0, ErrorCode::kInvalidArgument,
+                      "{}.length: required (tokens per record: the block size + 1, e.g. 257)", p);
+         TANDEM_CHECK(c.tokens->vocab_size > 0, ErrorCode::kInvalidArgument,
+                      "{}.vocab_size: required (256 for the byte-level text of trainer convert --source text)", p);
+       }},
       {"cpu_threads", [&](auto& n, auto& p) { c.cpu_threads = static_cast<int>(as_int(n, p, 0)); }},
       {"memory_budget_mb", [&](auto& n, auto& p) { c.memory_budget_mb = as_int(n, p, 0); }},
   };
@@ -140,7 +164,12 @@ PipelineConfig parse_pipeline_config(const std::string& yaml_text, const std::st
 
 PipelineConfig parse_pipeline_section(const YAML::Node& node, const std::string& path) {
   PipelineConfig config;
-  walk(node, path, data_keys(config));
+  RecordSections given;
+  walk(node, path, data_keys(config, given));
+  TANDEM_CHECK(given.image.empty() || given.tokens.empty(), ErrorCode::kInvalidArgument,
+               "{} and {}: a data section's records are either images (image) or token windows (tokens), not both; "
+               "remove one",
+               given.image, given.tokens);
   TANDEM_CHECK(!config.files.empty(), ErrorCode::kInvalidArgument, "{}.files: required (a glob of TFRecord files)",
                path);
   return config;

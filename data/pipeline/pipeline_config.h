@@ -6,6 +6,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "data/pipeline/dataset.h"
 #include "data/pipeline/image_map.h"
 #include "data/pipeline/sharding.h"
+#include "data/pipeline/token_map.h"
 #include "data/tfrecord_reader.h"
 
 namespace tandem::data {
@@ -41,7 +43,10 @@ struct PipelineConfig {
   bool drop_remainder = true;
   int64_t prefetch = kAutotune;
 
+  // What the records hold: images and labels (`image:`, also when neither section is given), or
+  // windows of tokens for a language model (`tokens:`); a data section gives one of them.
   ImageMapOptions image;  // keys, format and augmentation (seed and replica are set per replica)
+  std::optional<TokenMapOptions> tokens;
 
   int cpu_threads = 0;        // CPU budget of all replicas' loaders; 0: the cores
   int64_t memory_budget_mb = 0;  // for all queues of all replicas; 0: half of RAM

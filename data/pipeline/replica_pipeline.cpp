@@ -109,10 +109,14 @@ Dataset build_replica_dataset(const PipelineConfig& config, const ShardPlan& pla
     ds = ds.shuffle(config.shuffle_buffer, config.seed * 31 + static_cast<uint64_t>(replica),
                     config.reshuffle_each_iteration);
   }
-  ImageMapOptions image = config.image;
-  image.seed = config.seed;
-  image.replica = replica;
-  ds = ds.map(make_image_map(image), config.num_parallel_calls, config.deterministic, "map(decode+augment)");
+  if (config.tokens) {
+    ds = ds.map(make_token_map(*config.tokens), config.num_parallel_calls, config.deterministic, "map(tokens)");
+  } else {
+    ImageMapOptions image = config.image;
+    image.seed = config.seed;
+    image.replica = replica;
+    ds = ds.map(make_image_map(image), config.num_parallel_calls, config.deterministic, "map(decode+augment)");
+  }
   return ds.batch(replica_batch_size(config, static_cast<int>(plan.replicas.size())), config.drop_remainder)
       .prefetch(config.prefetch);
 }

@@ -1,6 +1,6 @@
 // Builds each replica's input pipeline from a PipelineConfig: resolve the files, plan the
 // shards (and log the plan), then per replica: read its share, shard before shuffle and before
-// decoding, shuffle, decode + augment in parallel, batch, prefetch.
+// decoding, shuffle, decode + augment (or parse token windows) in parallel, batch, prefetch.
 #pragma once
 
 #include <vector>
@@ -13,7 +13,9 @@ namespace tandem::data {
 
 struct ReplicaPipelines {
   ShardPlan plan;                 // over every replica of every process
-  std::vector<Dataset> datasets;  // one per replica of this process, yielding {image[N,...], label[N]} batches
+  // One per replica of this process, yielding {image[N,...], label[N]} batches, or {tokens[N, length]}
+  // when the config's records are token windows (data.tokens).
+  std::vector<Dataset> datasets;
   PipelineBudget budget;          // each of this process's replicas' share of its CPU and memory budgets
 };
 

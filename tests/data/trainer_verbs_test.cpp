@@ -59,5 +59,46 @@ TEST(TrainerVerbs, InspectExitStatusAndConvertRoundTrip) {
   EXPECT_EQ(run("convert --source idx -o " + tmp.file("x"), &out), 2);  // --images and --labels missing
 }
 
+TEST(TrainerVerbs, ConvertTextWritesTrainingAndValidationShards) {
+  if (!std::filesystem::exists(kTrainer)) GTEST_SKIP() << "build the trainer target to run " << kTrainer;
+  testing::TempDir tmp;
+  std::string text;
+  while (text.size() < 1000) text += "The quick brown fox jumps over the lazy dog.\n";
+  text.resize(1000);
+  testing::write_file(tmp.file("t.txt"), text);
+  std::string out;
+  ASSERT_EQ(run("convert --source text --input " + tmp.file("t.txt") + " --block-size 16 --min-shards 2 -o " +
+                    tmp.file("out"),
+                &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("wrote 1000 bytes of text from 1 file (0 not valid UTF-8) as windows of 17 byte tokens (block "
+                     "size 16, stride 16; vocabulary 256)"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("train: bytes 0 to 900 of the text (900 bytes): 56 windows, 952 tokens, 3 bytes at the end in "
+                     "no window; 2 shards"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("val: bytes 900 to 1000 of the text (100 bytes): 6 windows"), std::string::npos) << out;
+  EXPECT_NE(out.find("in text order"), std::string::npos) << out;
+  EXPECT_TRUE(std::filesystem::exists(tmp.file("out/train-00001-of-00002.tfrecord")));
+  EXPECT_TRUE(std::filesystem::exists(tmp.file("out/val-00001-of-00002.tfrecord")));
+  out.clear();
+  ASSERT_EQ(run("convert --source text --input '" + tmp.file("*.txt") + "' --prefix lm --validation-fraction 0 "
+                    "--block-size 16 --seed 4 -o " + tmp.file("other"),
+                &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("no validation split"), std::string::npos) << out;
+  EXPECT_NE(out.find("shuffled over the shards with seed 4"), std::string::npos) << out;
+  EXPECT_NE(out.find("lm-00000-of-"), std::string::npos) << out;
+  EXPECT_EQ(run("convert --source text -o " + tmp.file("x"), &out), 2);  // no --input
+  EXPECT_EQ(run("convert --source text --input " + tmp.file("missing.txt") + " -o " + tmp.file("x"), &out), 1);
+  EXPECT_EQ(run("convert --source text --input " + tmp.file("t.txt") + " --block-size 2000 -o " + tmp.file("x"), &out),
+            1);
+  EXPECT_FALSE(std::filesystem::exists(tmp.file("x")));
+}
+
 }  // namespace
 }  // namespace tandem::data

@@ -10,7 +10,7 @@ packages=(
   libdnnl-dev libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev zlib1g-dev libisal-dev
   libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev openmpi-bin
-  dataset-fashion-mnist
+  dataset-fashion-mnist bible-kjv
   clang libomp-dev python3
 )
 

