@@ -1,12 +1,14 @@
 // Text data on the trainer's side: `prepare: source: bible-kjv` (run for real where Debian's
-// bible-kjv is installed, skipped visibly where not), its errors, and a run config with
-// data.tokens giving every replica batches of "tokens".
+// bible-kjv is installed, skipped visibly where not), its errors, a run config with data.tokens
+// giving every replica batches of "tokens", and the whole path through the built `trainer`: a GPT
+// trained on text, then `trainer eval` and `trainer generate` from its checkpoint.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "data/convert/text.h"
 #include "data/example.h"
@@ -37,13 +39,16 @@ std::string error_of(F fn, ErrorCode code) {
   return "";
 }
 
-// A run config of token windows in dir; `extra` adds top-level sections.
-RunConfig token_run_config(const TempDir& dir, int64_t length, const std::string& extra) {
+constexpr const char* kSmallGpt = "{name: gpt, block_size: 256, vocab_size: 256, n_layer: 1, n_head: 2, n_embd: 16}";
+
+// A run config of token windows in dir (run.yaml); `extra` adds top-level sections.
+RunConfig token_run_config(const TempDir& dir, int64_t length, const std::string& extra,
+                           const std::string& model = kSmallGpt) {
   const std::string path = dir.file("run.yaml");
   std::ofstream(path) << fmt::format(R"(seed: 2
 device: cpu
 devices: cpu:2
-model: {{name: small_cnn, num_classes: 10, in_channels: 1, input_size: 28}}
+model: {3}
 train: {{global_batch_size: 8, epochs: 1}}
 data:
   files: {0}/out/train-*.tfrecord
@@ -54,7 +59,7 @@ eval_data:
   tokens: {{length: {1}, vocab_size: 256}}
 {2}
 )",
-                                     dir.path().string(), length, extra);
+                                     dir.path().string(), length, extra, model);
   return load_run_config(path, {});
 }
 
@@ -165,23 +170,83 @@ TEST(TokenRunConfig, EveryReplicaGetsTokenBatches) {
   }
 }
 
-TEST(TokenRunConfig, AnImageModelRefusesTokenBatches) {
-  // Until a language-model task consumes them: the trainer stops at its batch check.
-  if (std::string reason = testing::cli_skip_reason(); !reason.empty()) GTEST_SKIP() << reason;
+TEST(TokenRunConfig, TokensAndTheModelMustAgreeBeforeAnyDataIsRead) {
   TempDir dir;
+  std::string not_gpt = error_of(
+      [&] { token_run_config(dir, 17, "", "{name: small_cnn, num_classes: 10, in_channels: 1, input_size: 28}"); },
+      ErrorCode::kInvalidArgument);
+  EXPECT_NE(not_gpt.find("data.tokens gives token windows, which model 'small_cnn' does not read"), std::string::npos)
+      << not_gpt;
+  token_run_config(dir, 17, "");  // a good config, written to run.yaml; each override below breaks it
+  auto load = [&](std::vector<std::string> sets) { return load_run_config(dir.file("run.yaml"), sets); };
+  std::string vocab = error_of([&] { load({"model.vocab_size=100"}); }, ErrorCode::kInvalidArgument);
+  EXPECT_NE(vocab.find("data.tokens.vocab_size 256 is larger than model.vocab_size 100"), std::string::npos) << vocab;
+  std::string block = error_of([&] { load({"model.block_size=8"}); }, ErrorCode::kInvalidArgument);
+  EXPECT_NE(block.find("predicts 16 tokens per window, more than model.block_size 8"), std::string::npos) << block;
+}
+
+// A small text converted to windows of 17 tokens in dir/out.
+void write_small_text(const TempDir& dir) {
   std::string text;
-  for (int i = 0; i < 200; ++i) text += fmt::format("line {} of a small text.\n", i);
+  for (int i = 0; i < 300; ++i) text += fmt::format("line {} of a small text.\n", i);
   std::ofstream(dir.file("t.txt")) << text;
   data::TextConvertOptions o;
   o.inputs = {dir.file("t.txt")};
   o.block_size = 16;
   o.convert.output_dir = dir.file("out");
   data::convert_text(o);
-  token_run_config(dir, 17, "");  // writes run.yaml
-  const fs::path log = dir.path() / "log.txt";
-  EXPECT_EQ(testing::run_trainer("--config " + dir.file("run.yaml") + " --run-dir " + dir.file("run"), log), 1);
+}
+
+TEST(TextEndToEnd, AGptTrainsThenEvalAndGenerateRunFromItsCheckpoint) {
+  if (std::string reason = testing::cli_skip_reason(); !reason.empty()) GTEST_SKIP() << reason;
+  TempDir dir;
+  write_small_text(dir);
+  token_run_config(dir, 17, "optimizer: {name: adamw, lr: 0.01}");  // writes run.yaml
+  const fs::path log = dir.path() / "train.txt";
+  ASSERT_EQ(testing::run_trainer("--config " + dir.file("run.yaml") + " --run-dir " + dir.file("run"), log), 0)
+      << testing::read_text(log);
   const std::string out = testing::read_text(log);
-  EXPECT_NE(out.find("tokens i64[4, 17]"), std::string::npos) << out;
+  EXPECT_NE(out.find("tokens/s (after warm-up)"), std::string::npos) << out;
+  EXPECT_NE(out.find("perplexity"), std::string::npos) << out;
+  EXPECT_NE(out.find("bits per byte"), std::string::npos) << out;
+  EXPECT_NE(out.find("a sample of the trained model"), std::string::npos) << out;
+
+  std::string checkpoint;
+  for (const auto& entry : fs::directory_iterator(dir.path() / "run" / "checkpoints")) checkpoint = entry.path().string();
+  ASSERT_FALSE(checkpoint.empty());
+  const fs::path eval_log = dir.path() / "eval.txt";
+  ASSERT_EQ(testing::run_trainer("eval --json --config " + dir.file("run.yaml") + " --checkpoint " + checkpoint,
+                                 eval_log),
+            0)
+      << testing::read_text(eval_log);
+  const std::string eval = testing::read_text(eval_log);
+  for (const char* metric : {"\"loss\"", "\"perplexity\"", "\"bits_per_byte\""}) {
+    EXPECT_NE(eval.find(metric), std::string::npos) << metric << " in " << eval;
+  }
+
+  // Greedy generation: the same text twice, and the same without the key/value cache.
+  auto generate = [&](const std::string& extra) {
+    const fs::path gen_log = dir.path() / "generate.txt";
+    EXPECT_EQ(testing::run_trainer("generate --checkpoint " + checkpoint +
+                                       " --prompt 'line 1' --max-new-tokens 24 --temperature 0 " + extra,
+                                   gen_log),
+              0);
+    // stdout's text, without the log lines (stderr, timestamped) that share the file
+    std::string text, line;
+    std::istringstream lines(testing::read_text(gen_log));
+    while (std::getline(lines, line)) {
+      if (!line.starts_with("[20")) text += line + "\n";
+    }
+    return text;
+  };
+  const std::string cached = generate("");
+  EXPECT_TRUE(cached.starts_with("line 1")) << cached;
+  EXPECT_GE(cached.size(), std::string("line 1").size() + 24) << cached;
+  EXPECT_EQ(generate(""), cached);
+  EXPECT_EQ(generate("--no-cache"), cached);
+  const fs::path bad = dir.path() / "bad.txt";
+  EXPECT_NE(testing::run_trainer("generate --checkpoint " + dir.file("nowhere") + " --prompt x", bad), 0);
+  EXPECT_NE(testing::read_text(bad).find("nowhere"), std::string::npos) << testing::read_text(bad);
 }
 
 }  // namespace

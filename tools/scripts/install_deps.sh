@@ -12,6 +12,9 @@ packages=(
   libgloo-dev openmpi-bin
   dataset-fashion-mnist bible-kjv
   clang libomp-dev python3
+  # The references the tests hold models to (GPT, ViT, safetensors files); without them those
+  # tests skip, saying so.
+  python3-torch python3-torchvision python3-yaml
 )
 
 missing=()
