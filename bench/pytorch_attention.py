@@ -8,6 +8,7 @@
 import argparse
 import json
 import math
+import os
 import resource
 import time
 
@@ -36,11 +37,11 @@ def main():
     p.add_argument("--head-dim", type=int, default=64)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--threads", type=int, default=0, help="0: every core this process may use")
     p.add_argument("--causal", type=int, default=1)
     a = p.parse_args()
-    if a.threads > 0:
-        torch.set_num_threads(a.threads)
+    # torch's default here is omp_get_max_threads(), which reads 1 on our machines: ask for the cores.
+    torch.set_num_threads(a.threads or len(os.sched_getaffinity(0)))
     g = torch.Generator().manual_seed(1)
     shape = (a.batch, a.heads, a.seq_len, a.head_dim)
     q, k, v = (torch.randn(shape, generator=g).requires_grad_() for _ in range(3))

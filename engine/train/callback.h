@@ -60,7 +60,8 @@ struct EpochReport {
 
 struct EvalReport {
   int64_t step = 0;
-  int64_t examples = 0;  // over every replica's shard
+  int64_t examples = 0;  // over every replica's shard (a GPT's: predicted tokens)
+  std::string unit = "examples";  // what `examples` counts: "examples" or "tokens"
   Scalars scalars;       // "eval/<metric>": means over the whole evaluation set
   std::string text;      // Task::describe_eval's line
 };

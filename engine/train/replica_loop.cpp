@@ -536,6 +536,7 @@ void ReplicaLoop::evaluate(int64_t step) {
   EvalReport report;
   report.step = step;
   report.examples = static_cast<int64_t>(examples);
+  if (task_.throughput_unit() == "tok") report.unit = "tokens";
   std::vector<double> means;
   for (size_t i = 0; i < names.size(); ++i) means.push_back(s[i] / examples);
   task_.finish_eval(means);
