@@ -158,7 +158,7 @@ for p in ("fp32", "tf32", "bf16"):
     got = [d for d in json_lines(read(f"{logs}/r50_tandem_{p}.log")) if "images_per_sec" in d]
     if got:
         r50["tandem"][p] = got[0]
-    elif f"r50_tandem_{p}" in step:
+    elif step.get(f"r50_tandem_{p}", {}).get("status", "skipped") != "skipped":
         r50["tandem"][p] = {"error": last_lines(f"{logs}/r50_tandem_{p}.log")}
 for d in json_lines(read(f"{logs}/r50_pytorch.log")):
     if d.get("precision"):
