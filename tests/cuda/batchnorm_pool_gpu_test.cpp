@@ -94,12 +94,13 @@ TEST_P(BatchNormGpuTest, TrainingInferenceAndBackwardMatchTheCpu) {
     EXPECT_LT(rel_error(g_rv, rv), kTolerance);  // unbiased variance, momentum as PyTorch
   }
 
-  if (c.relu) {  // which path ran is cuDNN's choice: say it, so a GPU run shows whether fusion happened
-    std::printf("[   INFO   ] x=%s %s: BN+ReLU %s\n", c.x.str().c_str(), format_name(format).c_str(),
-                gf.saved.workspace.defined() ? "fused by cuDNN" : "as BN then a ReLU kernel");
-  }
-  if (!c.relu || format == MemoryFormat::kContiguous || c.x[1] % 4 != 0) {
-    EXPECT_FALSE(gf.saved.workspace.defined());  // only NHWC with C % 4 == 0 may fuse
+  // Which call ran is cuDNN's choice: say it, so a GPU run shows it. A defined workspace means the
+  // forward went through an Ex call (its reserve space), which serves NHWC only; the H200 run of
+  // 2026-12-04 took it for every NHWC shape here, f32 never fused with the ReLU.
+  std::printf("[   INFO   ] x=%s %s%s: %s\n", c.x.str().c_str(), format_name(format).c_str(), c.relu ? " +ReLU" : "",
+              gf.saved.workspace.defined() ? "cuDNN's Ex call" : "the v7 call");
+  if (format == MemoryFormat::kContiguous) {
+    EXPECT_FALSE(gf.saved.workspace.defined());
   }
 
   Tensor dy = random_tensor(c.x, 20, -1.0f, 1.0f, format);
