@@ -92,12 +92,13 @@ double phase_share(const train::StepBreakdown& b, double phase_seconds) {
 }
 
 std::string scaling_markdown(const std::vector<ScalingRow>& rows, const std::string& mode) {
+  const std::string unit = rows.empty() || rows.front().unit == "images" ? "Images" : "Tokens";
   std::string out = fmt::format(
       "{} scaling\n\n"
-      "| Replicas | Global batch | Per-replica batch | Images/s | Efficiency | Step p50 ms | Step p95 ms "
+      "| Replicas | Global batch | Per-replica batch | {}/s | Efficiency | Step p50 ms | Step p95 ms "
       "| Input | Copy | Forward | Backward | All-reduce | Optimizer | Processes | Inter-process ms |\n"
       "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
-      mode == "weak" ? "Weak (fixed per-replica batch)" : "Strong (fixed global batch)");
+      mode == "weak" ? "Weak (fixed per-replica batch)" : "Strong (fixed global batch)", unit);
   for (const auto& r : rows) {
     const auto& b = r.breakdown;
     out += fmt::format("| {} | {} | {} | {:.1f} | {} | {:.1f} | {:.1f} | {} | {} | {} | {} | {} | {} | {} | {:.2f} |\n",
@@ -154,7 +155,7 @@ std::string scaling_svg(const std::vector<ScalingRow>& rows, const std::string& 
       "<rect x=\"0\" y=\"0\" width=\"840\" height=\"340\" fill=\"white\"/>\n";
   out += fmt::format("<text x=\"420\" y=\"20\" text-anchor=\"middle\" font-size=\"14\">{}</text>\n",
                      xml_escape(title));
-  out += axes(tp, sorted, "images/s (dashed: ideal N x throughput_1)", fmt::format("{:.0f}", tp.y_max));
+  out += axes(tp, sorted, sorted.front().unit + "/s (dashed: ideal N x throughput_1)", fmt::format("{:.0f}", tp.y_max));
   out += polyline(tp, sorted, ideal, "#999", "ideal", true);
   out += polyline(tp, sorted, measured, "#1f77b4", "throughput", false);
   out += axes(eff, sorted, "efficiency (dashed: 100%)", pct(eff.y_max));

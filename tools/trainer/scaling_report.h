@@ -16,7 +16,8 @@ struct ScalingRow {
   int processes = 1;
   double inter_process_ms = 0;  // per step, in collectives across processes (RunSummary's)
   int64_t global_batch = 0, per_replica_batch = 0;
-  double images_per_sec = 0;  // images / wall time after warm-up (RunSummary's)
+  double images_per_sec = 0;  // the task's units (images, a GPT's tokens) / wall time after warm-up (RunSummary's)
+  std::string unit = "images";  // what images_per_sec counts: "images" or "tokens"
   double step_p50_ms = 0, step_p95_ms = 0;
   train::StepBreakdown breakdown;  // replica 0's, summed over the timed steps
   double efficiency = 0;           // set by fill_efficiency

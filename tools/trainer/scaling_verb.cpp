@@ -114,8 +114,9 @@ ScalingRow run_one(const ScalingArgs& args, const Baseline& base, int replicas, 
                  .global_batch = s.global_batch_size, .per_replica_batch = s.per_replica_batch_size,
                  .images_per_sec = s.images_per_sec, .step_p50_ms = s.step_time_p50_ms,
                  .step_p95_ms = s.step_time_p95_ms, .breakdown = s.breakdown};
+  row.unit = s.throughput_unit == "tok" ? "tokens" : "images";
   if (processes.rank == 0) {
-    spdlog::info("scaling: {} replicas, {:.1f} images/s, step p50 {:.1f} ms; {}", s.replicas, s.images_per_sec,
+    spdlog::info("scaling: {} replicas, {:.1f} {}/s, step p50 {:.1f} ms; {}", s.replicas, s.images_per_sec, row.unit,
                  s.step_time_p50_ms, s.breakdown.describe(s.timed_steps));
   }
   return row;
