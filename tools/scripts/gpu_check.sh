@@ -74,8 +74,9 @@ step_gpu_tests() {
     # again with every launch synchronous and every module loaded at start name the right call.
     if ((rc != 0)) && [[ ${GPU_CHECK_RERUN_BLOCKING:-1} == 1 ]] && ((step_deadline - $(date +%s) > 20)); then
       stop=$(date -d "@$((step_deadline - 5))" +%H:%M:%S)
-      echo "rerun of the failed tests with CUDA_LAUNCH_BLOCKING=1 CUDA_MODULE_LOADING=EAGER: logs/gpu_tests_blocking.log"
-      CUDA_LAUNCH_BLOCKING=1 CUDA_MODULE_LOADING=EAGER ctest --test-dir "$pk" --rerun-failed -j "$ctest_jobs" \
+      echo "rerun of the failed tests with CUDA_LAUNCH_BLOCKING=1 CUDA_MODULE_LOADING=EAGER NCCL_DEBUG=WARN:" \
+        "logs/gpu_tests_blocking.log"
+      CUDA_LAUNCH_BLOCKING=1 CUDA_MODULE_LOADING=EAGER NCCL_DEBUG=${NCCL_DEBUG:-WARN} ctest --test-dir "$pk" --rerun-failed -j "$ctest_jobs" \
         --timeout 60 --stop-time "$stop" --output-on-failure >"$logs/gpu_tests_blocking.log" 2>&1
       grep -E "tests passed|^\s*[0-9]+ - " "$logs/gpu_tests_blocking.log" | head -40
     fi

@@ -33,7 +33,9 @@ test_tree_qualifies() {
   [[ -f $root/build/build.ninja && -f $cache ]] &&
     grep -q '^TANDEM_WITH_CUDA:BOOL=ON' "$cache" && grep -q '^TANDEM_BUILD_TESTS:BOOL=ON' "$cache" &&
     grep -q '^TANDEM_BUILD_BENCH:BOOL=ON' "$cache" &&
-    grep -Eq '^CMAKE_CUDA_ARCHITECTURES:[A-Z]*=(.*[ ;])?90([ ;].*)?$' "$cache"
+    # The architectures are a plain variable (cmake/TandemDependencies.cmake), not in the cache: read
+    # what nvcc is told to generate.
+    grep -q 'arch=compute_90,code=\[compute_90,sm_90\]' "$root/build/build.ninja"
 }
 if [[ -n ${GPU_PACK_BUILD_DIR:-} ]]; then build=$GPU_PACK_BUILD_DIR
 elif test_tree_qualifies; then build=$root/build
