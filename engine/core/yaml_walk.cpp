@@ -90,10 +90,14 @@ void walk(const YAML::Node& node, const std::string& path, const Keys& keys) {
   TANDEM_CHECK(node.IsMap(), ErrorCode::kInvalidArgument, "{}: expected a mapping of keys", where(node, path));
   std::vector<std::string> known;
   for (const auto& [k, h] : keys) known.push_back(k);
+  std::map<std::string, YAML::Mark> seen;  // yaml-cpp keeps both of a duplicated key: refuse it
   for (const auto& item : node) {
     // A key must be a plain name: YAML allows a list or a mapping as a key ("? [a, b]: 1").
     const std::string key = scalar<std::string>(item.first, path.empty() ? "(top level)" : path, "a key name");
     std::string key_path = path.empty() ? key : path + "." + key;
+    auto [first, fresh] = seen.emplace(key, item.first.Mark());
+    TANDEM_CHECK(fresh, ErrorCode::kInvalidArgument, "{}: '{}' is given twice (first at line {}); keep one of them",
+                 where(item.first, key_path), key, first->second.line + 1);
     auto it = keys.find(key);
     TANDEM_CHECK(it != keys.end(), ErrorCode::kInvalidArgument, "{}: unknown key{}; known keys here: {}",
                  where(item.first, key_path), did_you_mean(key, known), fmt::join(known, ", "));

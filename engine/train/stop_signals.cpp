@@ -14,7 +14,7 @@ namespace {
 static_assert(std::atomic<int>::is_always_lock_free);
 std::atomic<int> g_stop{0};
 std::atomic<bool> g_installed{false};
-struct sigaction g_previous_int, g_previous_term;
+struct sigaction g_previous_int, g_previous_term, g_previous_hup;
 
 extern "C" void on_stop_signal(int signal_number) {
   const int saved_errno = errno;  // the interrupted code may be about to read it
@@ -50,12 +50,15 @@ StopSignals::StopSignals() {
   TANDEM_CHECK(!g_installed.exchange(true), ErrorCode::kFailedPrecondition,
                "StopSignals: the stop handlers are installed already (one StopSignals per process at a time)");
   g_stop.store(0);
-  const bool ok = install(SIGINT, &g_previous_int) && install(SIGTERM, &g_previous_term);
+  // SIGHUP: an ssh session that drops sends it; it stops the run as SIGTERM does, with a checkpoint.
+  const bool ok = install(SIGINT, &g_previous_int) && install(SIGTERM, &g_previous_term) &&
+                  install(SIGHUP, &g_previous_hup);
   if (!ok) {
     const int err = errno;
     ::sigaction(SIGINT, &g_previous_int, nullptr);
+    ::sigaction(SIGTERM, &g_previous_term, nullptr);
     g_installed.store(false);
-    throw_error(ErrorCode::kInternal, "sigaction failed: cannot install the SIGINT/SIGTERM stop handlers (errno {})",
+    throw_error(ErrorCode::kInternal, "sigaction failed: cannot install the SIGINT/SIGTERM/SIGHUP stop handlers (errno {})",
                 err);
   }
 }
@@ -63,6 +66,7 @@ StopSignals::StopSignals() {
 StopSignals::~StopSignals() {
   ::sigaction(SIGINT, &g_previous_int, nullptr);
   ::sigaction(SIGTERM, &g_previous_term, nullptr);
+  ::sigaction(SIGHUP, &g_previous_hup, nullptr);
   g_installed.store(false);
 }
 

@@ -1,5 +1,5 @@
-// Stopping a run cleanly on SIGINT or SIGTERM (Slurm and Kubernetes send SIGTERM some seconds
-// before SIGKILL): the first signal asks the trainer to finish its step, save a checkpoint and
+// Stopping a run cleanly on SIGINT, SIGTERM (Slurm and Kubernetes send SIGTERM some seconds
+// before SIGKILL) or SIGHUP (an ssh session that drops): the first signal asks the trainer to finish its step, save a checkpoint and
 // return; a second one takes the signal's default action (the process dies at once).
 #pragma once
 
@@ -7,7 +7,7 @@
 
 namespace tandem::train {
 
-// Installs the handlers of SIGINT and SIGTERM for the object's lifetime (one at a time per
+// Installs the handlers of SIGINT, SIGTERM and SIGHUP for the object's lifetime (one at a time per
 // process) and restores the previous ones afterwards.
 class StopSignals {
  public:

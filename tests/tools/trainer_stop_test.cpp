@@ -90,6 +90,21 @@ TEST_F(TrainerStopTest, SigtermSavesAndTheResumedRunWritesEveryStepOnce) {
   EXPECT_EQ(*loss_steps.rbegin(), end);
 }
 
+TEST_F(TrainerStopTest, SighupFromADroppedSessionStopsLikeSigterm) {
+  // It once killed the run at once (exit 129): no checkpoint, no summary.
+  testing::write_fashion_tfrecords(dir_, 256);
+  std::ofstream(dir_ / "run.yaml") << testing::fashion_config(dir_, "{global_batch_size: 32, epochs: 500, log_every_steps: 2}");
+  const fs::path log = dir_ / "hup.log";
+  pid_t trainer = testing::start_trainer(args("run.yaml"), log);
+  ASSERT_TRUE(testing::wait_for_log(log, "step 4 (", 120)) << read_text(log);
+  ASSERT_EQ(::kill(trainer, SIGHUP), 0);
+  EXPECT_EQ(testing::wait_trainer(trainer), 129) << read_text(log);
+  nlohmann::json summary = nlohmann::json::parse(read_text(dir_ / "run" / "run_summary.json"));
+  EXPECT_EQ(summary["stop_signal"], 1);
+  const int64_t stopped_at = summary["steps"].get<int64_t>();
+  EXPECT_TRUE(fs::exists(dir_ / "run" / "checkpoints" / fmt::format("step-{:08d}", stopped_at) / "model.safetensors"));
+}
+
 TEST_F(TrainerStopTest, AFileSizeLimitIsAnErrorThatKeepsTheProcessAlive) {
   testing::write_fashion_tfrecords(dir_, 256);
   std::ofstream(dir_ / "run.yaml") << testing::fashion_config(dir_, "{global_batch_size: 32, epochs: 1}");

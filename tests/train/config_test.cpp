@@ -87,6 +87,14 @@ TEST(Config, AKeyThatIsNotANameIsAnErrorWithItsLine) {
   EXPECT_NE(error_of("? {x: 1}\n: 2\n").find("expected a key name"), std::string::npos);
 }
 
+TEST(Config, ADuplicatedKeyIsRefusedNamingBothLines) {
+  // yaml-cpp keeps both; the first (or the last) once won silently.
+  std::string e = error_of("train:\n  global_batch_size: 8\n  epochs: 2\n  epochs: 3\n");
+  EXPECT_NE(e.find("train.epochs (line 4): 'epochs' is given twice (first at line 3)"), std::string::npos) << e;
+  e = error_of("train: {global_batch_size: 8}\noptimizer: {lr: 0.1}\ntrain: {epochs: 2}\n");
+  EXPECT_NE(e.find("'train' is given twice (first at line 1)"), std::string::npos) << e;
+}
+
 TEST(Config, WrongTypesAndBadValuesNameTheKey) {
   std::string e = error_of("train: {global_batch_size: many}");
   EXPECT_NE(e.find("train.global_batch_size (line 1): expected an integer, got 'many'"), std::string::npos) << e;

@@ -1,4 +1,4 @@
-// SIGINT and SIGTERM while StopSignals lives: the first one only sets the flag the trainer polls
+// SIGINT, SIGTERM and SIGHUP (a dropped ssh session) while StopSignals lives: the first one only sets the flag the trainer polls
 // (the process goes on); a second one takes the default action (checked in a child process);
 // the previous handlers come back afterwards.
 #include <gtest/gtest.h>
@@ -14,7 +14,7 @@ namespace tandem::train {
 namespace {
 
 TEST(StopSignals, TheFirstSignalOnlyAsksToStop) {
-  for (int signal_number : {SIGTERM, SIGINT}) {
+  for (int signal_number : {SIGTERM, SIGINT, SIGHUP}) {
     StopSignals signals;
     EXPECT_EQ(signals.flag().load(), 0);
     ASSERT_EQ(::raise(signal_number), 0);

@@ -128,7 +128,7 @@ int run_training(const TrainArgs& args) {
   }
   setup.callbacks.push_back(std::make_shared<train::ProgressLogger>(setup.terminal, config.train.loop.log_every_steps));
   auto start = std::chrono::steady_clock::now();
-  train::StopSignals signals;  // the first SIGINT/SIGTERM stops after the step, with a checkpoint
+  train::StopSignals signals;  // the first SIGINT/SIGTERM/SIGHUP stops after the step, with a checkpoint
   setup.stop = &signals.flag();
   train::Trainer trainer(std::move(setup));
   train::RunSummary summary = trainer.run();
@@ -146,7 +146,7 @@ int run_training(const TrainArgs& args) {
                saved ? fmt::format("the checkpoint of that step is in {}", checkpoints.string())
                      : std::string("no step was trained since the last checkpoint"),
                args.config, run_dir.string());
-  return 128 + summary.stop_signal;  // as a shell reports a process the signal ended: 130, 143
+  return 128 + summary.stop_signal;  // as a shell reports a process the signal ended: 129, 130, 143
 }
 
 }  // namespace
