@@ -32,6 +32,16 @@ int64_t as_count(const YAML::Node& n, const std::string& p, int64_t min) {
 
 int64_t as_int(const YAML::Node& n, const std::string& p, int64_t min) { return yaml::as_int(n, p, min); }
 
+// A count of threads: 100,000 once aborted the process starting them. No machine this runs on has a
+// tenth of kMaxThreads cores; autotune picks what the budget allows.
+constexpr int64_t kMaxThreads = 1024;
+int64_t as_thread_count(const YAML::Node& n, const std::string& p, int64_t min, bool autotune) {
+  const int64_t v = autotune ? as_count(n, p, min) : as_int(n, p, min);
+  TANDEM_CHECK(v <= kMaxThreads, ErrorCode::kInvalidArgument, "{}: {} threads is more than the {} this accepts{}",
+               where(n, p), v, kMaxThreads, autotune ? "; use autotune" : "; 0 takes the cores this process may use");
+  return v;
+}
+
 template <typename F>
 auto with_path(const YAML::Node& n, const std::string& p, F parse) {
   return yaml::parse_with(n, p, parse);
@@ -120,12 +130,12 @@ yaml::Keys data_keys(PipelineConfig& c, RecordSections& given) {
       {"count_records", [&](auto& n, auto& p) { c.count_records = as_bool(n, p); }},
       {"cycle_length", [&](auto& n, auto& p) { c.cycle_length = as_count(n, p, 1); }},
       {"block_length", [&](auto& n, auto& p) { c.block_length = as_int(n, p, 1); }},
-      {"num_parallel_reads", [&](auto& n, auto& p) { c.num_parallel_reads = as_count(n, p, 1); }},
+      {"num_parallel_reads", [&](auto& n, auto& p) { c.num_parallel_reads = as_thread_count(n, p, 1, true); }},
       {"deterministic", [&](auto& n, auto& p) { c.deterministic = as_bool(n, p); }},
       {"shuffle_buffer", [&](auto& n, auto& p) { c.shuffle_buffer = as_int(n, p, 0); }},
       {"seed", [&](auto& n, auto& p) { c.seed = static_cast<uint64_t>(as_int(n, p, 0)); }},
       {"reshuffle_each_iteration", [&](auto& n, auto& p) { c.reshuffle_each_iteration = as_bool(n, p); }},
-      {"num_parallel_calls", [&](auto& n, auto& p) { c.num_parallel_calls = as_count(n, p, 1); }},
+      {"num_parallel_calls", [&](auto& n, auto& p) { c.num_parallel_calls = as_thread_count(n, p, 1, true); }},
       {"cache", [&](auto& n, auto& p) { c.cache = as_bool(n, p); }},
       {"cache_file", [&](auto& n, auto& p) { c.cache_file = scalar<std::string>(n, p, "a file path prefix"); }},
       {"batch_size", [&](auto& n, auto& p) { c.batch_size = as_int(n, p, 1); }},
@@ -144,7 +154,7 @@ yaml::Keys data_keys(PipelineConfig& c, RecordSections& given) {
          TANDEM_CHECK(c.tokens->vocab_size > 0, ErrorCode::kInvalidArgument,
                       "{}.vocab_size: required (256 for the byte-level text of trainer convert --source text)", p);
        }},
-      {"cpu_threads", [&](auto& n, auto& p) { c.cpu_threads = static_cast<int>(as_int(n, p, 0)); }},
+      {"cpu_threads", [&](auto& n, auto& p) { c.cpu_threads = static_cast<int>(as_thread_count(n, p, 0, false)); }},
       {"memory_budget_mb", [&](auto& n, auto& p) { c.memory_budget_mb = as_int(n, p, 0); }},
   };
 }

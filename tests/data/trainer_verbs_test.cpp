@@ -17,8 +17,9 @@ namespace {
 
 const std::string kTrainer = std::string(TANDEM_BINARY_DIR) + "/tools/trainer";
 
-int run(const std::string& args, std::string* out) {
-  std::FILE* p = ::popen((kTrainer + " " + args + " 2>/dev/null").c_str(), "r");
+// Captures stdout only, or stdout and stderr together when `with_stderr`.
+int run(const std::string& args, std::string* out, bool with_stderr = false) {
+  std::FILE* p = ::popen((kTrainer + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null")).c_str(), "r");
   char buf[4096];
   size_t n;
   while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) out->append(buf, n);
@@ -57,6 +58,10 @@ TEST(TrainerVerbs, InspectExitStatusAndConvertRoundTrip) {
   EXPECT_EQ(run("inspect --dump lots " + shard, &out), 2);
   EXPECT_EQ(run("inspect --compression lz4 " + shard, &out), 2);
   EXPECT_EQ(run("convert --source idx -o " + tmp.file("x"), &out), 2);  // --images and --labels missing
+  out.clear();
+  // 100,000 writer threads once aborted the process; now a usage error naming the option.
+  EXPECT_EQ(run("convert --source csv --csv " + tmp.file("t.csv") + " --threads 100000 -o " + tmp.file("y"), &out, true), 2);
+  EXPECT_NE(out.find("--threads: Value 100000 not in range 0 to 1024"), std::string::npos) << out;
 }
 
 TEST(TrainerVerbs, ConvertTextWritesTrainingAndValidationShards) {

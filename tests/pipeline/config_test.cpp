@@ -56,6 +56,17 @@ TEST(PipelineConfigYaml, WrongTypesAndValues) {
   EXPECT_NE(error_of("train: {}\n").find("no 'data' section"), std::string::npos);
 }
 
+TEST(PipelineConfigYaml, AbsurdThreadCountsAreRefusedNotStarted) {
+  // 100,000 threads once aborted the process ("terminate called without an active exception").
+  for (const char* key : {"num_parallel_calls", "num_parallel_reads", "cpu_threads"}) {
+    std::string msg = error_of(std::string("data:\n  files: x\n  ") + key + ": 100000\n");
+    EXPECT_NE(msg.find(std::string("data.") + key + " (line 3): 100000 threads is more than the 1024"),
+              std::string::npos)
+        << msg;
+  }
+  EXPECT_EQ(error_of("data:\n  files: x\n  num_parallel_calls: autotune\n  cpu_threads: 64\n"), "");
+}
+
 TEST(PipelineConfigYaml, AZeroOrNegativeStdIsRefused) {
   for (const char* std : {"[0, 0, 0]", "[0.5, -1, 0.5]", "[0.5, 0.5, .nan]"}) {
     std::string msg = error_of(std::string("data:\n  files: x\n  image:\n    std: ") + std + "\n");

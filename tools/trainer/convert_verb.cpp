@@ -167,7 +167,8 @@ void add_convert_verb(CLI::App& app, int& exit_code) {
   verb->add_option("--gpus", a->gpus, "GPUs for the default shard count (default: detected, at least 1)");
   CLI::Option* seed = verb->add_option("--seed", a->seed, "Seed of the record shuffle (text: unshuffled without it)");
   verb->add_option("--compression", a->compression, "none or gzip")->check(CLI::IsMember({"none", "gzip", "zlib"}));
-  verb->add_option("--threads", a->threads, "Shards written at once (default: cores)");
+  verb->add_option("--threads", a->threads, "Shards written at once (default: cores)")
+      ->check(CLI::Range(0, 1024));  // 100,000 once aborted the process starting them
   verb->add_flag("--index", a->index, "Also write a DALI-style .idx file beside each uncompressed shard");
   verb->callback([a, prefix, seed, &exit_code] {
     a->prefix_given = prefix->count() > 0;
