@@ -42,9 +42,11 @@ void write_windows(const ScratchDir& dir, const std::vector<int>& counts) {
   }
 }
 
+// `shuffle_buffer` is 0 unless `extra` gives it (a key may appear once in a mapping).
 PipelineConfig token_config(const ScratchDir& dir, const std::string& extra = "") {
-  return parse_pipeline_config("data:\n  files: " + dir.path("w-*.tfrecord") +
-                               "\n  shuffle_buffer: 0\n  cycle_length: 1\n  batch_size: 4\n"
+  std::string shuffle = extra.find("shuffle_buffer:") == std::string::npos ? "  shuffle_buffer: 0\n" : "";
+  return parse_pipeline_config("data:\n  files: " + dir.path("w-*.tfrecord") + "\n" + shuffle +
+                               "  cycle_length: 1\n  batch_size: 4\n"
                                "  drop_remainder: false\n" +
                                extra + "  tokens: {key: tokens, length: 5, vocab_size: 256}\n");
 }
