@@ -38,6 +38,12 @@ std::string devices_text(const YAML::Node& n, const std::string& p) {
   if (n.IsSequence()) {
     std::vector<int64_t> ids = yaml::as_ints(n, p, 0);
     TANDEM_CHECK(!ids.empty(), ErrorCode::kInvalidArgument, "{}: the list of devices is empty", yaml::where(n, p));
+    for (size_t i = 1; i < ids.size(); ++i) {
+      TANDEM_CHECK(std::find(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(i), ids[i]) ==
+                       ids.begin() + static_cast<std::ptrdiff_t>(i),
+                   ErrorCode::kInvalidArgument, "{}: GPU {} is listed twice; one replica per GPU, so list each once",
+                   yaml::where(n, p), ids[i]);
+    }
     return fmt::format("[{}]", fmt::join(ids, ","));
   }
   std::string v = as_string(n, p);

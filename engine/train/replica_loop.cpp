@@ -531,7 +531,13 @@ void ReplicaLoop::evaluate(int64_t step) {
   comm_->all_reduce(sums, distribute::ReduceOp::kSum);
   std::vector<float> s = sums.to_vector();
   const float examples = s.back();
-  if (!lead() || examples == 0) return;
+  // Every replica holds the same sum, so all of them stop here together (no collective is left waiting).
+  TANDEM_CHECK(examples > 0, ErrorCode::kFailedPrecondition,
+               "evaluation at step {}: eval_data yielded no examples on any replica (the checkpoint of this step, "
+               "if one was due, is saved): point eval_data.files at the evaluation records, or remove the "
+               "eval_data section to train without evaluation",
+               step);
+  if (!lead()) return;
   const std::vector<std::string> names = task_.eval_metrics();
   EvalReport report;
   report.step = step;

@@ -36,6 +36,15 @@ TEST(BenchInputCli, MeasuresTheBatchTrainingLoadsAndLogsEachTunerStartOnce) {
   std::map<std::string, int> starts;
   for (std::sregex_iterator it(log.begin(), log.end(), start), end; it != end; ++it) ++starts[(*it)[1].str()];
   for (const auto& [stage, count] : starts) EXPECT_EQ(count, 1) << stage << "\n" << log;
+
+  // Every comparison with NaN is false, so a plain range check once let "nan" run (forever).
+  for (const char* bad : {"--seconds nan", "--seconds inf", "--seconds 0", "--step-time-ms nan"}) {
+    EXPECT_EQ(testing::run_trainer(fmt::format("bench-input --config {} {}", (dir / "run.yaml").string(), bad),
+                                   dir / "bad.log"),
+              2)
+        << bad;
+    EXPECT_NE(testing::read_text(dir / "bad.log").find("is not a finite number in"), std::string::npos) << bad;
+  }
   fs::remove_all(dir);
 }
 

@@ -190,5 +190,23 @@ TEST(DoctorConfigTest, ABadLauncherVariableMakesItNotReady) {
   EXPECT_NE(report.verdict_line.find("not below the process count"), std::string::npos) << report.verdict_line;
 }
 
+TEST(DoctorConfigTest, DataFilesThatMatchNothingAreNotReadyUnlessPrepared) {
+  ConfigCheck check = check_config("run.yaml", cpu_config(), {"/no/such/*.tfrecord"}, 2, 0, cpu_plan);
+  ASSERT_TRUE(check.missing_data.has_value());
+  backend::DoctorReport report;
+  report.verdict = backend::Verdict::kReadyCpuOnly;
+  apply_to_verdict(check, report);
+  EXPECT_EQ(report.verdict, backend::Verdict::kNotReady);
+  EXPECT_THAT(report.verdict_line, HasSubstr("/no/such/*.tfrecord")) << report.verdict_line;
+
+  train::TrainConfig prepared = cpu_config();
+  prepared.prepare.source = "fashion-mnist";  // the trainer makes the files at start
+  check = check_config("run.yaml", prepared, {"/no/such/*.tfrecord"}, 2, 0, cpu_plan);
+  EXPECT_FALSE(check.missing_data.has_value());
+  report.verdict = backend::Verdict::kReadyCpuOnly;
+  apply_to_verdict(check, report);
+  EXPECT_EQ(report.verdict, backend::Verdict::kReadyCpuOnly);
+}
+
 }  // namespace
 }  // namespace tandem::tools

@@ -220,6 +220,7 @@ TEST(TextEndToEnd, AGptTrainsThenEvalAndGenerateRunFromItsCheckpoint) {
             0)
       << testing::read_text(eval_log);
   const std::string eval = testing::read_text(eval_log);
+  EXPECT_NE(eval.find("\"data\": \"eval_data\""), std::string::npos) << eval;
   for (const char* metric : {"\"loss\"", "\"perplexity\"", "\"bits_per_byte\""}) {
     EXPECT_NE(eval.find(metric), std::string::npos) << metric << " in " << eval;
   }

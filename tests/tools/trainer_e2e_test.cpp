@@ -79,5 +79,44 @@ TEST(TrainerEndToEnd, ConfigErrorsExitOneWithTheKeyAndLine) {
   fs::remove_all(dir);
 }
 
+TEST(TrainerEndToEnd, AnEvaluationSetOfNoRecordsIsAnErrorBeforeTraining) {
+  if (std::string reason = cli_skip_reason(); !reason.empty()) GTEST_SKIP() << reason;
+  fs::path dir = fs::temp_directory_path() / fmt::format("tandem-e2e-noeval-{}", getpid());
+  fs::remove_all(dir);
+  testing::write_fashion_tfrecords(dir, 64);
+  std::ofstream(dir / "empty.tfrecord").close();  // a file of 0 records
+  std::string yaml = testing::fashion_config(dir, "{global_batch_size: 32, epochs: 1}");
+  yaml += "eval_data: {files: " + (dir / "empty.tfrecord").string() + "}\n";
+  std::ofstream(dir / "run.yaml") << yaml;
+  EXPECT_EQ(testing::run_trainer(fmt::format("--config {} --run-dir {}", (dir / "run.yaml").string(),
+                                             (dir / "run").string()),
+                                 dir / "log.txt"),
+            1);
+  const std::string log = testing::read_text(dir / "log.txt");
+  EXPECT_NE(log.find("eval_data: its files hold 0 records"), std::string::npos) << log;
+  EXPECT_FALSE(fs::exists(dir / "run" / "checkpoints" / "step-00000002")) << "it trained first";
+
+  // Not counted: the first evaluation finds no examples and stops the run, its checkpoint saved.
+  std::ofstream(dir / "run.yaml") << yaml.substr(0, yaml.size() - 2) << ", count_records: false}\n";
+  EXPECT_EQ(testing::run_trainer(fmt::format("--config {} --run-dir {}", (dir / "run.yaml").string(),
+                                             (dir / "run2").string()),
+                                 dir / "log2.txt"),
+            1);
+  const std::string log2 = testing::read_text(dir / "log2.txt");
+  EXPECT_NE(log2.find("evaluation at step 2: eval_data yielded no examples"), std::string::npos) << log2;
+  EXPECT_TRUE(fs::exists(dir / "run2" / "checkpoints" / "step-00000002" / "model.safetensors")) << log2;
+
+  // Without eval_data, `trainer eval` evaluates the training data and says so.
+  std::ofstream(dir / "train_only.yaml") << testing::fashion_config(dir, "{global_batch_size: 32, epochs: 1}");
+  EXPECT_EQ(testing::run_trainer(fmt::format("eval --config {} --checkpoint {}", (dir / "train_only.yaml").string(),
+                                             (dir / "run2" / "checkpoints" / "step-00000002").string()),
+                                 dir / "eval.txt"),
+            0);
+  const std::string eval = testing::read_text(dir / "eval.txt");
+  EXPECT_NE(eval.find("no eval_data section, so this evaluates the training data"), std::string::npos) << eval;
+  EXPECT_NE(eval.find("on 64 examples of the training data (no eval_data)"), std::string::npos) << eval;
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace tandem::tools

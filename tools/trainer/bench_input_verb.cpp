@@ -47,10 +47,10 @@ void add_bench_input_verb(CLI::App& app, int& exit_code) {
   verb->add_option("--replicas", args->replicas, "Replicas to feed, each with its own shard (default 1)")
       ->check(CLI::Range(1, 64));
   verb->add_option("--seconds", args->seconds, "Seconds to measure after a 1 s warm-up (default 10)")
-      ->check(CLI::PositiveNumber);
+      ->check(finite_range(0.001, 1e6));
   verb->add_option("--step-time-ms", args->step_time_ms,
                    "A model's step time to check the input against (default: report the shortest it feeds)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(finite_range(0, 1e7));
   verb->add_flag("--json", args->json, "Print the report as JSON");
   verb->callback([args, &exit_code] {
     data::PipelineConfig config = bench_input_config(args->config, args->replicas);

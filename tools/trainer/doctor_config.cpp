@@ -143,9 +143,15 @@ ConfigCheck check_config(const std::string& path, const train::TrainConfig& trai
   try {
     paths = data::resolve_files(patterns);
   } catch (const Error& e) {
-    out.causes.push_back({Severity::kWarning, e.what(),
-                          "check data.files; `trainer --config FILE` makes the files first when the config has "
-                          "a prepare section"});
+    if (train.prepare.source != "none") {
+      out.causes.push_back({Severity::kWarning, e.what(),
+                            "`trainer --config FILE` makes them first, from prepare.source " + train.prepare.source});
+      return out;
+    }
+    out.missing_data = Cause{Severity::kError, e.what(),
+                             "check data.files (a path relative to where the trainer starts?), or make the files "
+                             "with `trainer convert`"};
+    out.causes.push_back(*out.missing_data);
     return out;
   }
   out.files = data::describe_files(paths, false);
@@ -165,9 +171,16 @@ void apply_to_verdict(const ConfigCheck& check, backend::DoctorReport& report) {
   const std::vector<Cause>* causes = !check.processes.ok ? &check.processes.causes
                                      : check.plan.not_ready ? &check.plan.causes
                                                             : nullptr;
-  if (causes == nullptr || causes->empty()) return;
+  std::string why;
+  if (causes != nullptr && !causes->empty()) {
+    why = causes->front().summary;
+  } else if (check.missing_data) {
+    why = check.missing_data->summary;
+  } else {
+    return;
+  }
   report.verdict = backend::Verdict::kNotReady;
-  report.verdict_line = "not ready: " + causes->front().summary;
+  report.verdict_line = "not ready: " + why;
 }
 
 }  // namespace tandem::tools

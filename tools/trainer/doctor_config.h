@@ -56,6 +56,8 @@ struct ConfigCheck {
   std::vector<data::ShardFile> files;
   std::vector<StorageInfo> storage;    // one per distinct file system of the files
   std::vector<backend::Cause> causes;  // plan causes, then data causes
+  // data.files match no file and no prepare section would make them: the run cannot start.
+  std::optional<backend::Cause> missing_data;
 };
 
 using PlanFn = std::function<distribute::ReplicaPlan(const train::TrainConfig&, const distribute::ProcessGroupSpec&)>;

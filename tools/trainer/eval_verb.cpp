@@ -31,6 +31,12 @@ int run_eval(const EvalArgs& args) {
                                                                      : c.loop.per_replica_batch_size});
   auto model = models::create_model(c.model);
   train::CheckpointMeta meta = train::CheckpointManager::load(args.checkpoint, *model, nullptr);
+  // Without eval_data the figures are on the training set: said in every output, never implied.
+  const bool held_out = config.eval_data.has_value();
+  if (!held_out) {
+    spdlog::warn("eval: the config has no eval_data section, so this evaluates the training data (data.files); "
+                 "add an eval_data section for held-out figures");
+  }
   auto sources = make_sources(config.eval_data.value_or(config.data), plan, c, true, nullptr);
   ExecutionContext ctx(Device::cpu(), plan.threads_per_replica, c.seed);
   std::shared_ptr<train::Task> task = train::make_task(c);
@@ -41,14 +47,14 @@ int run_eval(const EvalArgs& args) {
   task->finish_eval(means);
   const std::vector<std::string> names = task->eval_metrics();
   nlohmann::json out = {{"checkpoint", args.checkpoint}, {"step", meta.step},
-                        {"examples", static_cast<int64_t>(e.examples)}};
+                        {"examples", static_cast<int64_t>(e.examples)}, {"data", held_out ? "eval_data" : "data"}};
   for (size_t i = 0; i < names.size(); ++i) out[names[i]] = means[i];
   if (args.json) {
     std::puts(out.dump(2).c_str());
   } else {
-    std::printf("checkpoint %s (step %lld): %s on %lld examples\n", args.checkpoint.c_str(),
+    std::printf("checkpoint %s (step %lld): %s on %lld examples%s\n", args.checkpoint.c_str(),
                 static_cast<long long>(meta.step), task->describe_eval(means).c_str(),
-                static_cast<long long>(e.examples));
+                static_cast<long long>(e.examples), held_out ? "" : " of the training data (no eval_data)");
   }
   return 0;
 }

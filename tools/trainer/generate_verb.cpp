@@ -49,7 +49,7 @@ void add_generate_verb(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 30))
       ->capture_default_str();
   verb->add_option("--temperature", args->request.options.temperature, "Softmax temperature; 0 picks the largest logit")
-      ->check(CLI::Range(0.0f, 100.0f))
+      ->check(finite_range(0, 100))
       ->capture_default_str();
   verb->add_option("--top-k", args->request.options.top_k, "Sample among the k largest logits only (0: all)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))

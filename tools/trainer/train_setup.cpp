@@ -50,13 +50,20 @@ std::vector<std::unique_ptr<BatchSource>> make_sources(data::PipelineConfig conf
   // Every process counts over every replica: all stop at the same step.
   int64_t fewest = INT64_MAX;
   int fewest_rank = 0;
+  int64_t total = 0;
   for (int r = 0; r < plan.replicas(); ++r) {
     const int64_t expected = pipelines.plan.replicas[static_cast<size_t>(r)].expected_records;
+    total = (expected < 0 || total < 0) ? -1 : total + expected;
     if (expected < fewest) {
       fewest = expected;
       fewest_rank = r;
     }
   }
+  // Counted and empty: a run that would never evaluate says so before it trains.
+  TANDEM_CHECK(!for_eval || total != 0, ErrorCode::kFailedPrecondition,
+               "eval_data: its files hold 0 records, so the run would train without ever evaluating: point "
+               "eval_data.files at the evaluation records, or remove the eval_data section to train without "
+               "evaluation");
   if (steps_per_epoch == nullptr || fewest < 0 || fewest == INT64_MAX) return sources;
   // Counted: say now, not after an epoch of nothing, when no epoch can give a step.
   TANDEM_CHECK(!config.drop_remainder || fewest >= plan.per_replica_batch_size, ErrorCode::kFailedPrecondition,
