@@ -2,6 +2,9 @@
 // `auto` is ours, and a stated type that the bytes contradict gets a warning, not a guess.
 #include "data/compression.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 
@@ -52,7 +55,22 @@ Compression detect_compression(const unsigned char* head, size_t size) {
   return Compression::kNone;
 }
 
+void check_regular_file(const std::string& path) {
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0 || S_ISREG(st.st_mode)) return;
+  const char* kind = S_ISFIFO(st.st_mode)  ? "a pipe (FIFO)"
+                     : S_ISDIR(st.st_mode) ? "a directory"
+                     : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
+                     : S_ISSOCK(st.st_mode) ? "a socket"
+                                            : "not a regular file";
+  throw_error(ErrorCode::kInvalidArgument,
+              "{} is {}: TFRecord files are opened more than once (to detect compression, then to read, and again "
+              "each epoch), which a stream cannot give; write the records to a regular file first",
+              path, kind);
+}
+
 Compression detect_file_compression(const std::string& path, bool* certain) {
+  check_regular_file(path);
   std::FILE* f = std::fopen(path.c_str(), "rb");
   TANDEM_CHECK(f != nullptr, ErrorCode::kNotFound, "cannot open {}: {}", path, std::strerror(errno));
   unsigned char head[12];

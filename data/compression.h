@@ -18,6 +18,11 @@ Compression parse_compression(std::string_view name);
 // length CRC matches) wins over magic bytes, because a record length can begin 1f 8b or 78 xx.
 Compression detect_compression(const unsigned char* head, size_t size);
 
+// Throws InvalidArgument unless path is a regular file (or a link to one): a FIFO or a device
+// would block the open or lose the bytes read to detect the compression (`<(cat f)`). Missing
+// paths pass, for the open to report.
+void check_regular_file(const std::string& path);
+
 // Opens path, reads its head and detects; throws kNotFound when it cannot be opened.
 // *certain (optional) is false when the bytes match nothing, and kNone is only the fallback.
 Compression detect_file_compression(const std::string& path, bool* certain = nullptr);

@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "data/compression.h"
 #include "engine/core/error.h"
 
 namespace tandem::data {
@@ -16,6 +17,7 @@ namespace tandem::data {
 InputStream::InputStream(std::string path, Compression compression, size_t buffer_size)
     : path_(std::move(path)), compression_(compression), in_(buffer_size) {
   TANDEM_CHECK(compression != Compression::kAuto, ErrorCode::kInternal, "InputStream needs a resolved compression");
+  check_regular_file(path_);  // opening a FIFO with no writer would block for ever
   fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
   TANDEM_CHECK(fd_ >= 0, ErrorCode::kNotFound, "cannot open {}: {}", path_, std::strerror(errno));
   struct stat st{};

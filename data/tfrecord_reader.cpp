@@ -122,6 +122,13 @@ bool TFRecordReader::read_one(std::string_view* record) {
            fmt::format("length CRC mismatch: stored {:#010x}, computed {:#010x} (masked)", stored, computed));
     }
   }
+  // An uncompressed file's size bounds a record (past the end is truncation); an inflated stream's does not.
+  if (!stream_->file_size() && length > options_.max_record_bytes) {
+    fail(RecordFault::Kind::kCorrupted, start,
+         fmt::format("the record says {} data bytes, above the limit of {} MiB for a compressed file "
+                     "(data.max_record_mb): a damaged length, or a record too large for a training pipeline",
+                     length, options_.max_record_bytes >> 20));
+  }
   if (!read_payload(length, start)) {
     fail(RecordFault::Kind::kTruncated, start,
          fmt::format("the record says {} data bytes; the file ends first", length));
@@ -207,12 +214,18 @@ void TFRecordReader::quarantine(const std::string& message, uint64_t start) {
   bool data_fault = fault_->kind == RecordFault::Kind::kCorrupted && fault_->offset == start + 12;
   const char* bytes = data_fault ? buffer_.data() : header_;
   uint64_t length = data_fault ? stream_->offset() - start - 16 : header_size_;
-  std::fprintf(quarantine_, "# offset=%llu record=%llu bytes=%llu reason=%s\n", static_cast<unsigned long long>(start),
-               static_cast<unsigned long long>(fault_->record), static_cast<unsigned long long>(length),
-               message.c_str());
-  if (length > 0) std::fwrite(bytes, 1, length, quarantine_);
-  std::fputc('\n', quarantine_);
-  std::fflush(quarantine_);
+  bool ok = std::fprintf(quarantine_, "# offset=%llu record=%llu bytes=%llu reason=%s\n",
+                         static_cast<unsigned long long>(start), static_cast<unsigned long long>(fault_->record),
+                         static_cast<unsigned long long>(length), message.c_str()) > 0;
+  ok = ok && (length == 0 || std::fwrite(bytes, 1, length, quarantine_) == length);
+  ok = ok && std::fputc('\n', quarantine_) != EOF;
+  ok = ok && std::fflush(quarantine_) == 0;
+  // A record skipped without its copy kept would be lost without a word: stop instead.
+  TANDEM_CHECK(ok, errno == ENOSPC || errno == EDQUOT ? ErrorCode::kResourceExhausted : ErrorCode::kDataLoss,
+               "cannot write the quarantined record (offset {} of {}) to {}: {}; the record is not kept, so reading "
+               "stops: free space there, set a quarantine path elsewhere, or use on_corrupt: skip to drop such "
+               "records",
+               start, path_, side, std::strerror(errno));
 }
 
 void TFRecordReader::seek(uint64_t index, uint64_t offset) {

@@ -26,6 +26,10 @@ struct TFRecordReaderOptions {
   OnCorrupt on_corrupt = OnCorrupt::kFail;
   std::string quarantine_path;  // default: <file>.quarantine
   size_t buffer_size = 256 * 1024;
+  // In a compressed file, a record claiming more is a fault, not an allocation: a damaged length
+  // (with its CRC intact) would otherwise buffer the whole inflated stream. (In an uncompressed
+  // file the file's size bounds it: a length past the end is truncation.)
+  uint64_t max_record_bytes = uint64_t{256} << 20;
 };
 
 // What went wrong, for callers that report it (inspect) rather than only print it.

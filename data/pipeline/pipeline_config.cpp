@@ -126,6 +126,12 @@ yaml::Keys data_keys(PipelineConfig& c, RecordSections& given) {
        }},
       {"compression", [&](auto& n, auto& p) { c.compression = with_path(n, p, parse_compression); }},
       {"on_corrupt", [&](auto& n, auto& p) { c.on_corrupt = with_path(n, p, parse_on_corrupt); }},
+      {"max_record_mb",
+       [&](auto& n, auto& p) {
+         c.max_record_mb = as_int(n, p, 1);
+         TANDEM_CHECK(c.max_record_mb <= (int64_t{1} << 30), ErrorCode::kInvalidArgument,
+                      "{}: {} MiB is more than a record can hold (at most 1073741824)", where(n, p), c.max_record_mb);
+       }},
       {"shard_policy", [&](auto& n, auto& p) { c.shard_policy = with_path(n, p, parse_shard_policy); }},
       {"count_records", [&](auto& n, auto& p) { c.count_records = as_bool(n, p); }},
       {"cycle_length", [&](auto& n, auto& p) { c.cycle_length = as_count(n, p, 1); }},

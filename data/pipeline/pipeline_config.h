@@ -23,6 +23,7 @@ struct PipelineConfig {
   std::vector<std::string> files;  // glob patterns of TFRecord files (required)
   Compression compression = Compression::kAuto;
   OnCorrupt on_corrupt = OnCorrupt::kFail;
+  int64_t max_record_mb = 256;  // a record claiming more is a damaged length (TFRecordReaderOptions)
   ShardPolicy shard_policy = ShardPolicy::kAuto;
   bool count_records = true;  // count records for the plan log and auto's balance test
 

@@ -91,6 +91,7 @@ Dataset build_replica_dataset(const PipelineConfig& config, const ShardPlan& pla
   TFRecordReaderOptions reader;
   reader.compression = config.compression;
   reader.on_corrupt = config.on_corrupt;
+  reader.max_record_bytes = static_cast<uint64_t>(config.max_record_mb) << 20;
   int64_t cycle = config.cycle_length == kAutotune
                       ? std::clamp<int64_t>(static_cast<int64_t>(shard.files.size()), 1, 8)
                       : config.cycle_length;

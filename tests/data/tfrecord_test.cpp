@@ -2,6 +2,9 @@
 // compression, compression detection, on_corrupt policies, and index files with seeking.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <zlib.h>
+
 #include <cstring>
 #include <filesystem>
 
@@ -154,6 +157,25 @@ TEST(TFRecord, SkipAndQuarantineCountAndGoOn) {
   EXPECT_EQ(again, side);
 }
 
+TEST(TFRecord, AQuarantineThatCannotBeWrittenStopsTheRead) {
+  TempDir tmp;
+  TFRecordReaderOptions quarantine;
+  quarantine.on_corrupt = OnCorrupt::kQuarantine;
+  quarantine.quarantine_path = "/dev/full";  // every write fails with ENOSPC, as on a full disk
+  TFRecordReader reader(damaged_file(tmp), quarantine);
+  std::string_view r;
+  ASSERT_TRUE(reader.next(&r));
+  try {
+    reader.next(&r);
+    FAIL() << "the damaged record was skipped without its copy";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kResourceExhausted);
+    EXPECT_NE(std::string(e.what()).find("cannot write the quarantined record (offset 21 of"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("to /dev/full: No space left on device"), std::string::npos) << e.what();
+  }
+}
+
 TEST(TFRecord, HeaderFaultUnderSkipEndsTheFile) {
   TempDir tmp;
   std::string bytes = frame_record("a") + frame_record("b");
@@ -186,6 +208,53 @@ TEST(TFRecord, HugeDamagedLengthIsTruncationNotAnAllocation) {
   EXPECT_THROW(reader.next(&r), Error);
   EXPECT_EQ(reader.fault()->kind, RecordFault::Kind::kTruncated);
   EXPECT_EQ(reader.fault()->offset, 18u);
+}
+
+TEST(TFRecord, AHugeLengthInACompressedFileIsRefusedBeforeItIsBuffered) {
+  // A length of 2^40 with a valid CRC, then 8 MiB of zeros: gzip makes them a few KB, and a reader
+  // that buffered "as far as the stream has bytes" held all 8 MiB (406 MB from a 200 KB file).
+  TempDir tmp;
+  std::string header(12, '\0');
+  const uint64_t length = uint64_t{1} << 40;
+  std::memcpy(header.data(), &length, 8);
+  const uint32_t crc = mask_crc(crc32c(header.data(), 8));
+  std::memcpy(header.data() + 8, &crc, 4);
+  const std::string path = tmp.file("bomb.gz");
+  gzFile gz = gzopen(path.c_str(), "wb");
+  ASSERT_NE(gz, nullptr);
+  ASSERT_EQ(gzwrite(gz, header.data(), 12), 12);
+  const std::string zeros(8 << 20, '\0');
+  ASSERT_EQ(gzwrite(gz, zeros.data(), static_cast<unsigned>(zeros.size())), static_cast<int>(zeros.size()));
+  ASSERT_EQ(gzclose(gz), Z_OK);
+  TFRecordReader reader(path);
+  std::string_view r;
+  try {
+    reader.next(&r);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kDataLoss);
+    EXPECT_NE(std::string(e.what()).find("says 1099511627776 data bytes, above the limit of 256 MiB"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(reader.fault()->offset, 0u);
+}
+
+TEST(TFRecord, APipeOrADirectoryIsRefusedNotWaitedOn) {
+  TempDir tmp;
+  const std::string fifo = tmp.file("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  // No writer: opening it would block for ever.
+  for (const std::string& path : {fifo, tmp.file("")}) {
+    try {
+      TFRecordReader reader(path);
+      FAIL() << "no error for " << path;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find(path == fifo ? "is a pipe (FIFO)" : "is a directory"), std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 TEST(TFRecord, IndexFilesMatchDaliFormatAndSeek) {
