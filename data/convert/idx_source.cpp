@@ -1,6 +1,9 @@
-// IDX source. Both files are read whole (Fashion-MNIST's training images are 47 MB); zlib's
-// gzread reads gzipped and plain files alike.
+// IDX source. Both files are read whole (Fashion-MNIST's training images are 47 MB), after their
+// headers say how much; zlib's gzread reads gzipped and plain files alike.
 #include <zlib.h>
+
+#include <algorithm>
+#include <memory>
 
 #include "data/convert/source.h"
 #include "engine/core/error.h"
@@ -9,50 +12,69 @@ namespace tandem::data {
 
 namespace {
 
-std::string read_maybe_gzipped(const std::string& path) {
-  gzFile f = gzopen(path.c_str(), "rb");
-  TANDEM_CHECK(f != nullptr, ErrorCode::kNotFound, "cannot open IDX file {}", path);
-  std::string out;
-  char buf[1 << 16];
-  int n = 0;
-  while ((n = gzread(f, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
-  int err = 0;
-  const char* msg = gzerror(f, &err);
-  std::string message = msg != nullptr ? msg : "";
-  gzclose(f);
-  TANDEM_CHECK(n == 0 && err == Z_OK, ErrorCode::kDataLoss, "reading {} failed: {}", path, message);
-  return out;
-}
-
 uint32_t big_endian(const std::string& s, size_t at) {
   return uint32_t(uint8_t(s[at])) << 24 | uint32_t(uint8_t(s[at + 1])) << 16 | uint32_t(uint8_t(s[at + 2])) << 8 |
          uint8_t(s[at + 3]);
 }
 
-// Checks the magic (0x00 0x00 type=0x08 ndim) and returns the dimensions.
-std::vector<uint32_t> idx_dims(const std::string& bytes, const std::string& path, uint32_t want_ndim) {
-  TANDEM_CHECK(bytes.size() >= 4 + 4 * want_ndim, ErrorCode::kDataLoss, "{} is too short for an IDX header", path);
-  uint32_t magic = big_endian(bytes, 0);
+// An IDX file: the header's dimensions, and the whole file's bytes (header included).
+struct IdxFile {
+  std::vector<uint32_t> dims;
+  std::string bytes;
+};
+
+// Reads up to `limit` bytes more into out; returns false at the end of the file.
+bool read_some(gzFile f, const std::string& path, uint64_t limit, std::string* out) {
+  char buf[1 << 16];
+  const int n = gzread(f, buf, static_cast<unsigned>(std::min<uint64_t>(sizeof(buf), limit)));
+  if (n < 0) {
+    int err = 0;
+    const char* msg = gzerror(f, &err);
+    throw_error(ErrorCode::kDataLoss, "reading {} failed: {}", path, msg != nullptr ? msg : "");
+  }
+  out->append(buf, static_cast<size_t>(n));
+  return n > 0;
+}
+
+// The header is read first, and the data only up to the size it states (one byte more to see a
+// longer file): a .gz whose header says 1 image but inflates to gigabytes is an error, not a read.
+IdxFile read_idx(const std::string& path, uint32_t want_ndim) {
+  std::unique_ptr<gzFile_s, int (*)(gzFile)> f(gzopen(path.c_str(), "rb"), gzclose);
+  TANDEM_CHECK(f != nullptr, ErrorCode::kNotFound, "cannot open IDX file {}", path);
+  IdxFile idx;
+  const uint64_t header = 4 + 4 * uint64_t{want_ndim};
+  while (idx.bytes.size() < header && read_some(f.get(), path, header - idx.bytes.size(), &idx.bytes)) {
+  }
+  TANDEM_CHECK(idx.bytes.size() == header, ErrorCode::kDataLoss, "{} is too short for an IDX header", path);
+  const uint32_t magic = big_endian(idx.bytes, 0);
   TANDEM_CHECK(magic == (0x0800u | want_ndim), ErrorCode::kDataLoss,
                "{}: IDX magic {:#010x}, expected {:#010x} (unsigned bytes, {} dimensions)", path, magic,
                0x0800u | want_ndim, want_ndim);
-  std::vector<uint32_t> dims;
+  constexpr uint64_t kMaxData = uint64_t{1} << 40;  // 1 TiB: beyond it the header is damaged
   uint64_t count = 1;
   for (uint32_t d = 0; d < want_ndim; ++d) {
-    dims.push_back(big_endian(bytes, 4 + 4 * d));
-    count *= dims.back();
+    idx.dims.push_back(big_endian(idx.bytes, 4 + 4 * d));
+    count = idx.dims.back() == 0 || count <= kMaxData / idx.dims.back() ? count * idx.dims.back() : kMaxData + 1;
   }
-  TANDEM_CHECK(bytes.size() == 4 + 4 * want_ndim + count, ErrorCode::kDataLoss,
-               "{}: the header says {} bytes of data, the file has {}", path, count, bytes.size() - 4 - 4 * want_ndim);
-  return dims;
+  TANDEM_CHECK(count <= kMaxData, ErrorCode::kDataLoss, "{}: the header's dimensions claim more than 1 TiB of data",
+               path);
+  const uint64_t want = header + count;
+  while (idx.bytes.size() <= want && read_some(f.get(), path, want + 1 - idx.bytes.size(), &idx.bytes)) {
+  }
+  TANDEM_CHECK(idx.bytes.size() == want, ErrorCode::kDataLoss, "{}: the header says {} bytes of data, the file has {}",
+               path, count, idx.bytes.size() > want ? "more" : std::to_string(idx.bytes.size() - header));
+  return idx;
 }
 
 class IdxSource : public ConvertSource {
  public:
   IdxSource(const std::string& images_path, const std::string& labels_path)
-      : images_(read_maybe_gzipped(images_path)), labels_(read_maybe_gzipped(labels_path)) {
-    std::vector<uint32_t> dims = idx_dims(images_, images_path, 3);
-    std::vector<uint32_t> label_dims = idx_dims(labels_, labels_path, 1);
+      : IdxSource(read_idx(images_path, 3), read_idx(labels_path, 1), images_path, labels_path) {}
+
+  IdxSource(IdxFile images, IdxFile labels, const std::string& images_path, const std::string& labels_path)
+      : images_(std::move(images.bytes)), labels_(std::move(labels.bytes)) {
+    const std::vector<uint32_t>& dims = images.dims;
+    const std::vector<uint32_t>& label_dims = labels.dims;
     TANDEM_CHECK(dims[0] == label_dims[0], ErrorCode::kInvalidArgument, "{} holds {} images but {} holds {} labels",
                  images_path, dims[0], labels_path, label_dims[0]);
     count_ = dims[0];

@@ -44,6 +44,13 @@ tjhandle thread_decoder() {
   throw_error(ErrorCode::kDataLoss, "{} ({} bytes): {}", what, bytes, reason);
 }
 
+void check_claimed_size(std::string_view format, int64_t width, int64_t height, size_t bytes) {
+  TANDEM_CHECK(width > 0 && height > 0 && width * height <= kMaxImagePixels, ErrorCode::kDataLoss,
+               "{} header ({} bytes) claims {}x{} pixels, more than the {} (16384x16384) an image may have: a damaged "
+               "or hostile image",
+               format, bytes, width, height, kMaxImagePixels);
+}
+
 }  // namespace
 
 std::string_view image_format_name(ImageFormat format) {
@@ -78,6 +85,7 @@ ImageSize jpeg_size(std::string_view bytes) {
   int rc = tjDecompressHeader3(thread_decoder(), reinterpret_cast<const unsigned char*>(bytes.data()),
                                static_cast<unsigned long>(bytes.size()), &w, &h, &subsamp, &colorspace);
   if (rc != 0) fail_decode("JPEG header", bytes.size());
+  check_claimed_size("JPEG", w, h, bytes.size());
   return {w, h};
 }
 
@@ -129,6 +137,12 @@ void decode_png(std::string_view bytes, int channels, Image* out) {
   TANDEM_CHECK(png_image_begin_read_from_memory(&image, bytes.data(), bytes.size()) != 0, ErrorCode::kDataLoss,
                "PNG header ({} bytes): {}", bytes.size(), image.message);
   image.format = channels == 3 ? PNG_FORMAT_RGB : PNG_FORMAT_GRAY;
+  try {
+    check_claimed_size("PNG", image.width, image.height, bytes.size());
+  } catch (...) {
+    png_image_free(&image);
+    throw;
+  }
   out->width = static_cast<int>(image.width);
   out->height = static_cast<int>(image.height);
   out->channels = channels;

@@ -48,7 +48,11 @@ struct JpegScale {
   int den = 1;
 };
 
-// The JPEG's size from its header, without decoding.
+// The most pixels an encoded image may claim (16384 x 16384): its header's size is checked before
+// anything is allocated, so a few hundred bytes claiming 65500 x 65500 are an error, not gigabytes.
+inline constexpr int64_t kMaxImagePixels = int64_t{1} << 28;
+
+// The JPEG's size from its header, without decoding; DataLoss above kMaxImagePixels.
 ImageSize jpeg_size(std::string_view bytes);
 // The smallest of the scales 1/1, 1/2, 1/4, 1/8 that keeps the image at least need_w x need_h
 // (1/1 when nothing is needed or nothing smaller is enough), and the image's size at a scale.

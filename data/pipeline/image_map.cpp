@@ -64,7 +64,7 @@ void decode_raw(const FeatureView& f, const ImageMapOptions& o, Image* out) {
 }
 
 void decode(const FeatureView& f, const ImageMapOptions& o, Generator& rng, Decoded* out) {
-  TANDEM_CHECK(f.type == FeatureType::kBytes && !f.bytes.empty(), ErrorCode::kInvalidArgument,
+  TANDEM_CHECK(f.type == FeatureType::kBytes && f.bytes.size() == 1, ErrorCode::kInvalidArgument,
                "feature '{}' is {} with {} values; expected one encoded image (bytes)", o.image_key,
                feature_type_name(f.type), f.size());
   ImageFormat format = o.format == ImageFormat::kAuto ? sniff_image_format(f.bytes[0]) : o.format;

@@ -99,6 +99,39 @@ TEST(Convert, IdxFilesBecomeImageRecords) {
   EXPECT_THROW(open_idx_source(tmp.file("lbl.idx.gz"), tmp.file("lbl.idx.gz")), Error);
 }
 
+// The error of open_idx_source(images, labels), or "" when it opens.
+std::string idx_error(const std::string& images, const std::string& labels) {
+  try {
+    open_idx_source(images, labels);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Convert, AnIdxFileIsReadOnlyAsFarAsItsHeaderSays) {
+  testing::TempDir tmp;
+  testing::write_file(tmp.file("lbl.idx"), be32(0x801) + be32(1) + std::string(1, '\3'));
+  // A header of one 28x28 image, then 64 MiB of zeros: gzip makes them 64 KB. The whole inflated
+  // stream was once read before the sizes were compared (2 GiB, then std::bad_alloc).
+  gzFile gz = gzopen(tmp.file("img.idx.gz").c_str(), "wb");
+  const std::string header = be32(0x803) + be32(1) + be32(28) + be32(28);
+  gzwrite(gz, header.data(), static_cast<unsigned>(header.size()));
+  const std::string zeros(1 << 20, '\0');
+  for (int i = 0; i < 64; ++i) gzwrite(gz, zeros.data(), static_cast<unsigned>(zeros.size()));
+  gzclose(gz);
+  std::string e = idx_error(tmp.file("img.idx.gz"), tmp.file("lbl.idx"));
+  EXPECT_NE(e.find("img.idx.gz: the header says 784 bytes of data, the file has more"), std::string::npos) << e;
+
+  // Dimensions whose product overflows 64 bits, and a file shorter than its header says.
+  testing::write_file(tmp.file("huge.idx"), be32(0x803) + be32(0xffffffff) + be32(0xffffffff) + be32(0xffffffff));
+  e = idx_error(tmp.file("huge.idx"), tmp.file("lbl.idx"));
+  EXPECT_NE(e.find("claim more than 1 TiB of data"), std::string::npos) << e;
+  testing::write_file(tmp.file("short.idx"), be32(0x803) + be32(1) + be32(2) + be32(2) + "abc");
+  e = idx_error(tmp.file("short.idx"), tmp.file("lbl.idx"));
+  EXPECT_NE(e.find("the header says 4 bytes of data, the file has 3"), std::string::npos) << e;
+}
+
 TEST(Convert, RealFashionMnistWhenInstalled) {
   const std::string dir = "/usr/share/datasets/fashion-mnist/";
   if (!fs::exists(dir + "t10k-images-idx3-ubyte.gz")) GTEST_SKIP() << "dataset-fashion-mnist is not installed";

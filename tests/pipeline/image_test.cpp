@@ -2,8 +2,11 @@
 // resized crop box, resize/flip/pad kernels, normalisation, and the record -> tensors map.
 #include <gtest/gtest.h>
 
+#include <zlib.h>
+
 #include <cmath>
 
+#include "data/example.h"
 #include "data/pipeline/image_augment.h"
 #include "data/pipeline/image_decode.h"
 #include "data/pipeline/image_map.h"
@@ -161,6 +164,64 @@ TEST(PipelineImage, ALabelOutsideTheModelsClassesNamesTheRecord) {
     EXPECT_NE(what.find("train-3.tfrecord record 57: label 11"), std::string::npos) << what;
     EXPECT_NE(what.find("model.num_classes 10"), std::string::npos) << what;
   }
+}
+
+// The image map's error for one record holding `encoded` (and label 1), or "" when it decodes.
+std::string map_error(const std::string& example) {
+  Element in;
+  in.text = example;
+  in.file = "hostile.tfrecord";
+  in.record = 7;
+  try {
+    make_image_map({})(in);
+  } catch (const Error& e) {
+    return std::string(error_code_name(e.code())) + ": " + e.what();
+  }
+  return "";
+}
+
+uint32_t load_be32(const std::string& s, size_t at) {
+  return (uint32_t{static_cast<uint8_t>(s[at])} << 24) | (uint32_t{static_cast<uint8_t>(s[at + 1])} << 16) |
+         (uint32_t{static_cast<uint8_t>(s[at + 2])} << 8) | uint32_t{static_cast<uint8_t>(s[at + 3])};
+}
+
+void store_be(std::string& s, size_t at, uint32_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) s[at + i] = static_cast<char>(v >> (8 * (bytes - 1 - i)));
+}
+
+TEST(PipelineImage, AHeaderClaimingHugeDimensionsIsAnErrorBeforeAnyAllocation) {
+  // A small JPEG whose frame header (SOF0) says 65500 x 65500: 4.3 G pixels from a few hundred bytes.
+  std::string jpeg = encode_jpeg(testing::synthetic_image(16, 16, 3, 1), 90);
+  size_t sof = jpeg.find("\xff\xc0");
+  ASSERT_NE(sof, std::string::npos);
+  store_be(jpeg, sof + 5, 65500, 2);  // height
+  store_be(jpeg, sof + 7, 65500, 2);  // width
+  std::string e = map_error(testing::image_example(jpeg, 1));
+  EXPECT_NE(e.find("DataLoss"), std::string::npos) << e;
+  EXPECT_NE(e.find("hostile.tfrecord record 7"), std::string::npos) << e;
+  EXPECT_NE(e.find("claims 65500x65500 pixels"), std::string::npos) << e;
+
+  // A PNG whose IHDR (CRC recomputed, so libpng accepts it) says 100000 x 100000.
+  std::string png = encode_png(testing::synthetic_image(8, 8, 3, 2));
+  ASSERT_EQ(png.substr(12, 4), "IHDR");
+  store_be(png, 16, 100000, 4);
+  store_be(png, 20, 100000, 4);
+  const uLong crc = crc32(0, reinterpret_cast<const Bytef*>(png.data() + 12), 17);
+  store_be(png, 29, static_cast<uint32_t>(crc), 4);
+  ASSERT_EQ(load_be32(png, 16), 100000u);
+  e = map_error(testing::image_example(png, 1));
+  EXPECT_NE(e.find("hostile.tfrecord record 7"), std::string::npos) << e;
+  EXPECT_NE(e.find("claims 100000x100000 pixels"), std::string::npos) << e;
+}
+
+TEST(PipelineImage, AnImageFeatureWithTwoValuesIsRefusedAsATwoValueLabelIs) {
+  const std::string jpeg = encode_jpeg(testing::synthetic_image(16, 16, 3, 1), 90);
+  FeatureMap features;
+  features["image/encoded"] = Feature::of_bytes({jpeg, jpeg});
+  features["image/class/label"] = Feature::of_ints({1});
+  const std::string e = map_error(serialize_example(features));
+  EXPECT_NE(e.find("InvalidArgument"), std::string::npos) << e;
+  EXPECT_NE(e.find("with 2 values; expected one encoded image"), std::string::npos) << e;
 }
 
 }  // namespace
