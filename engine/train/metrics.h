@@ -50,6 +50,9 @@ struct RunSummary {
   double wall_time_s = 0;
   int stop_signal = 0;  // non-zero: stopped early on request (TrainerSetup::stop), e.g. SIGTERM's 15
   std::string stop_reason;  // why a callback stopped the run early (TrainerControl::request_stop); empty otherwise
+  // Resumed from a checkpoint with no step left to train: only final_metrics (the checkpoint's,
+  // and an evaluation it lacked) are this run's news; the timings are not measured.
+  bool resumed_at_end = false;
 };
 
 }  // namespace tandem::train

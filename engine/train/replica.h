@@ -173,6 +173,7 @@ class ReplicaLoop {
   int64_t step_ = 0;          // global steps completed
   int64_t start_step_ = 0;    // where this run started (the resumed step, or 0)
   int64_t last_checkpoint_step_ = -1;
+  int64_t last_eval_step_ = -1;  // the step of the last evaluation (carried by checkpoints)
   int64_t timed_steps_ = 0;   // steps after warm-up, for throughput
   std::optional<double> last_train_loss_;  // none until a log line measured it
   int64_t last_log_step_ = 0;  // the step of the last log line (the start of the next interval)

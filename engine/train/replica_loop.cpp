@@ -62,6 +62,10 @@ void ReplicaLoop::setup() {
       ctx_->generator().set_state(saved[static_cast<size_t>(global_rank_)].rng);
     }
     step_ = start_step_ = last_log_step_ = shared_.resume->step;
+    last_eval_step_ = shared_.resume->evaluated_step;
+    // The figures so far stay the run's until new ones replace them: a run resumed at its end
+    // reports its evaluation, not nothing.
+    if (lead()) shared_.summary.final_metrics = shared_.resume->metrics;
     lr_scale_ = static_cast<float>(shared_.resume->lr_scale);
     if (static_cast<int>(saved.size()) == plan_.replicas()) {
       const nlohmann::json& position = saved[static_cast<size_t>(global_rank_)].data_position;
@@ -166,6 +170,15 @@ void ReplicaLoop::run_epochs() {
     if (config_.checkpoint.every_steps == 0 || done() || last_epoch_done) checkpoint(epoch + 1, 0);
     if (config_.loop.eval_every_steps == 0) evaluate(step_);
   }
+  // Resumed with nothing left to train (killed after the last checkpoint, before its evaluation;
+  // or a finished run started again): what is left is the evaluation of the last step, if it did not run.
+  const int64_t every = config_.loop.eval_every_steps;
+  const bool ends_with_eval = every == 0 || config_.loop.steps > 0 || step_ % every == 0;
+  if (shared_.resume && step_ == start_step_ && !stopped_ && last_eval_step_ != step_ && ends_with_eval &&
+      !shared_.setup.eval_sources.empty()) {
+    if (lead()) spdlog::info("resumed at the end of training (step {}): evaluating it, as the interrupted run had left to do", step_);
+    evaluate(step_);
+  }
   if (rank_ == 0) {
     RunSummary& s = shared_.summary;
     s.steps = step_;
@@ -191,6 +204,7 @@ void ReplicaLoop::run_epochs() {
     s.device = plan_.devices.front().str();
     s.stop_signal = stop_signal_;
     if (stopped_ && stop_signal_ == 0) s.stop_reason = shared_.control.stop_reason();
+    s.resumed_at_end = shared_.resume.has_value() && step_ == start_step_;
   }
 }
 
@@ -537,6 +551,7 @@ void ReplicaLoop::evaluate(int64_t step) {
                "if one was due, is saved): point eval_data.files at the evaluation records, or remove the "
                "eval_data section to train without evaluation",
                step);
+  last_eval_step_ = step;
   if (!lead()) return;
   const std::vector<std::string> names = task_.eval_metrics();
   EvalReport report;
@@ -564,6 +579,7 @@ void ReplicaLoop::evaluate(int64_t step) {
 
 void ReplicaLoop::fill_run_state(CheckpointMeta& meta) const {
   meta.metrics = shared_.summary.final_metrics;
+  meta.evaluated_step = last_eval_step_;
   if (last_train_loss_) meta.metrics["train_" + train_metrics_.front()] = *last_train_loss_;
   meta.lr_scale = shared_.control.lr_scale();
   for (const auto& callback : shared_.setup.callbacks) {

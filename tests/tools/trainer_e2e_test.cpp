@@ -118,5 +118,49 @@ TEST(TrainerEndToEnd, AnEvaluationSetOfNoRecordsIsAnErrorBeforeTraining) {
   fs::remove_all(dir);
 }
 
+TEST(TrainerEndToEnd, AResumeWithNothingLeftKeepsTheSummaryAndRunsAMissedEvaluation) {
+  if (std::string reason = cli_skip_reason(); !reason.empty()) GTEST_SKIP() << reason;
+  fs::path dir = fs::temp_directory_path() / fmt::format("tandem-e2e-rerun-{}", getpid());
+  fs::remove_all(dir);
+  testing::write_fashion_tfrecords(dir, 64);
+  std::string yaml = testing::fashion_config(dir, "{global_batch_size: 32, epochs: 1}");
+  yaml += "eval_data:\n  files: " + (dir / "tfrecords" / "train-*.tfrecord").string() +
+          "\n  image: {format: raw, raw_shape: [28, 28, 1], channels: 1, height: 0, width: 0, normalize: true,\n"
+          "          mean: [0.286, 0.286, 0.286], std: [0.353, 0.353, 0.353],\n"
+          "          augment: {random_resized_crop: false, horizontal_flip: false}}\n";
+  std::ofstream(dir / "run.yaml") << yaml;
+  const std::string args =
+      fmt::format("--config {} --run-dir {}", (dir / "run.yaml").string(), (dir / "run").string());
+  ASSERT_EQ(testing::run_trainer(args, dir / "first.txt"), 0) << testing::read_text(dir / "first.txt");
+  const fs::path summary_path = dir / "run" / "run_summary.json";
+  const nlohmann::json first = nlohmann::json::parse(std::ifstream(summary_path));
+  ASSERT_TRUE(first["final_metrics"].contains("eval_top1")) << first.dump();
+
+  // The documented requeue command on a finished run: nothing to train, and the summary stays.
+  ASSERT_EQ(testing::run_trainer(args + " --set checkpoint.resume=auto", dir / "again.txt"), 0)
+      << testing::read_text(dir / "again.txt");
+  const nlohmann::json again = nlohmann::json::parse(std::ifstream(summary_path));
+  EXPECT_EQ(again["images_per_sec"], first["images_per_sec"]);
+  EXPECT_EQ(again["final_metrics"], first["final_metrics"]);
+  EXPECT_EQ(testing::read_text(dir / "again.txt").find("evaluating it"), std::string::npos);
+
+  // Killed after the last checkpoint committed, before its evaluation: the resume evaluates.
+  const fs::path meta_path = dir / "run" / "checkpoints" / "step-00000002" / "meta.json";
+  nlohmann::json meta = nlohmann::json::parse(std::ifstream(meta_path));
+  ASSERT_EQ(meta["evaluated_step"], 2) << meta.dump();
+  meta["evaluated_step"] = -1;
+  meta["metrics"].erase("eval_top1");
+  std::ofstream(meta_path) << meta.dump();
+  fs::remove(summary_path);
+  ASSERT_EQ(testing::run_trainer(args + " --set checkpoint.resume=auto", dir / "late.txt"), 0)
+      << testing::read_text(dir / "late.txt");
+  EXPECT_NE(testing::read_text(dir / "late.txt").find("resumed at the end of training (step 2): evaluating it"),
+            std::string::npos)
+      << testing::read_text(dir / "late.txt");
+  const nlohmann::json late = nlohmann::json::parse(std::ifstream(summary_path));
+  EXPECT_EQ(late["final_metrics"], first["final_metrics"]) << late.dump();  // the same weights, the same figures
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace tandem::tools

@@ -3,10 +3,12 @@
 #include "tools/trainer/run_outputs.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 
 #include <cerrno>
 #include <ctime>
+#include <fstream>
 #include <string>
 #include <system_error>
 
@@ -99,8 +101,21 @@ nlohmann::json run_summary_json(const train::RunSummary& s) {
 }
 
 void write_run_summary(const std::filesystem::path& path, const train::RunSummary& summary) {
+  nlohmann::json doc = run_summary_json(summary);
+  if (summary.resumed_at_end && std::filesystem::exists(path)) {
+    // Nothing was trained: the finished run's figures stay; only its metrics may gain an evaluation.
+    try {
+      nlohmann::json kept = nlohmann::json::parse(std::ifstream(path));
+      if (kept.is_object()) {
+        for (const auto& [name, value] : doc["final_metrics"].items()) kept["final_metrics"][name] = value;
+        doc = std::move(kept);
+      }
+    } catch (const nlohmann::json::exception& e) {
+      spdlog::warn("{} cannot be read ({}); writing a new one", path.string(), e.what());
+    }
+  }
   // NaN (a diverged loss) becomes null rather than text no JSON parser accepts.
-  std::string text = run_summary_json(summary).dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  std::string text = doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   train::posix::write_file_atomically(path, text);
 }
 

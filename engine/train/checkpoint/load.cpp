@@ -119,7 +119,7 @@ void update_checkpoint_meta(const std::filesystem::path& checkpoint, const Check
   const std::filesystem::path meta_path = checkpoint / CheckpointManager::kMetaFile;
   nlohmann::json j = read_meta_json(meta_path);
   nlohmann::json fresh = meta_to_json(meta);
-  for (const char* key : {"metrics", "lr_scale", "callbacks"}) j[key] = fresh[key];
+  for (const char* key : {"metrics", "evaluated_step", "lr_scale", "callbacks"}) j[key] = fresh[key];
   posix::write_file_atomically(meta_path, j.dump(2) + "\n");
 }
 

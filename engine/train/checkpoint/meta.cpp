@@ -114,6 +114,7 @@ nlohmann::json meta_to_json(const CheckpointMeta& meta) {
           {"optimizer", {{"name", meta.optimizer}, {"steps_taken", meta.optimizer_steps}, {"lr", meta.lr}}},
           {"replicas", std::move(replicas)},
           {"metrics", std::move(metrics)},
+          {"evaluated_step", meta.evaluated_step},
           {"wall_time_s", meta.wall_time_s},
           {"lr_scale", meta.lr_scale},
           {"callbacks", meta.callbacks},
@@ -147,6 +148,7 @@ CheckpointMeta meta_from_json(const nlohmann::json& j, const std::filesystem::pa
   m.config = r.string_at(j, "config", "config");
   // Written since callbacks exist; older checkpoints have neither.
   if (j.contains("lr_scale")) m.lr_scale = r.number_at(j, "lr_scale", "lr_scale");
+  if (j.contains("evaluated_step")) m.evaluated_step = r.int_at(j, "evaluated_step", "evaluated_step");
   if (j.contains("callbacks")) {
     const auto& callbacks = r.object_at(j, "callbacks", "callbacks");
     for (const auto& [key, value] : callbacks.items()) m.callbacks[key] = r.string_at(callbacks, key, "callbacks." + key);

@@ -29,6 +29,9 @@ struct CheckpointMeta {
   std::vector<ReplicaState> replicas;
   std::string config;                     // the resolved config, as text (YAML or JSON)
   std::map<std::string, double> metrics;  // e.g. train_loss, eval_top1; NaN survives as null
+  // The step of the evaluation whose eval_* figures `metrics` holds; -1 when none ran (older
+  // checkpoints too). A run resumed at its end evaluates when this is not its step.
+  int64_t evaluated_step = -1;
   double wall_time_s = 0;                 // training wall time so far
   double lr_scale = 1.0;                  // TrainerControl::set_lr_scale's factor (callbacks)
   std::map<std::string, std::string> callbacks;  // Callback::state_key() -> save_state()
