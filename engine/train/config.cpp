@@ -33,6 +33,17 @@ float as_float(const YAML::Node& n, const std::string& p, double min, double max
   return static_cast<float>(as_number(n, p, min, max));
 }
 
+// A batch is allocated whole: a size no machine holds is a config error here, not std::bad_alloc
+// later (with record counting off nothing else would stop it first).
+int64_t as_batch_size(const YAML::Node& n, const std::string& p) {
+  constexpr int64_t kMaxBatch = int64_t{1} << 24;
+  const int64_t v = as_int(n, p, 1);
+  TANDEM_CHECK(v <= kMaxBatch, ErrorCode::kInvalidArgument,
+               "{}: {} examples in one batch is more than the {} this accepts; a batch is held in memory whole",
+               yaml::where(n, p), v, kMaxBatch);
+  return v;
+}
+
 // devices: all | N | [0, 1] | cpu:N, kept as text ("all", "2", "[0,1]", "cpu:2") for the strategy.
 std::string devices_text(const YAML::Node& n, const std::string& p) {
   if (n.IsSequence()) {
@@ -114,8 +125,8 @@ void check_model_family(const YAML::Node& n, const std::string& p, const ModelCo
 
 Keys loop_keys(LoopConfig& l) {
   return {
-      {"global_batch_size", [&](auto& n, auto& p) { l.global_batch_size = as_int(n, p, 1); }},
-      {"per_replica_batch_size", [&](auto& n, auto& p) { l.per_replica_batch_size = as_int(n, p, 1); }},
+      {"global_batch_size", [&](auto& n, auto& p) { l.global_batch_size = as_batch_size(n, p); }},
+      {"per_replica_batch_size", [&](auto& n, auto& p) { l.per_replica_batch_size = as_batch_size(n, p); }},
       {"epochs", [&](auto& n, auto& p) { l.epochs = as_int(n, p, 1); }},
       {"steps", [&](auto& n, auto& p) { l.steps = as_int(n, p, 0); }},
       {"eval_every_steps", [&](auto& n, auto& p) { l.eval_every_steps = as_int(n, p, 0); }},

