@@ -64,6 +64,30 @@ TEST(TrainerVerbs, InspectExitStatusAndConvertRoundTrip) {
   EXPECT_NE(out.find("--threads: Value 100000 not in range 0 to 1024"), std::string::npos) << out;
 }
 
+TEST(TrainerVerbs, OutputPastTheFileSizeLimitIsResourceExhaustedNamingTheFile) {
+  if (!std::filesystem::exists(kTrainer)) GTEST_SKIP() << "build the trainer target to run " << kTrainer;
+  testing::TempDir tmp;
+  std::string csv = "x,label\n";
+  for (int i = 0; i < 300; ++i) csv += std::to_string(i) + ",a\n";
+  testing::write_file(tmp.file("t.csv"), csv);
+  std::string out;
+  ASSERT_EQ(run("convert --source csv --csv " + tmp.file("t.csv") + " --label label --min-shards 1 -o " + tmp.file("o"),
+                &out),
+            0);
+  // `ulimit -f 1`: writes past 1 KiB fail with EFBIG (the trainer ignores SIGXFSZ).
+  const std::string dump = tmp.file("dump.txt");
+  const std::string line = "(ulimit -f 1; " + kTrainer + " inspect --dump all " +
+                           tmp.file("o/data-00000-of-00001.tfrecord") + " > " + dump + ") 2>&1";
+  std::FILE* p = ::popen(line.c_str(), "r");
+  char buf[4096];
+  std::string err;
+  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), p)) > 0;) err.append(buf, n);
+  const int status = ::pclose(p);
+  EXPECT_EQ(WEXITSTATUS(status), 1) << err;
+  EXPECT_NE(err.find("error [ResourceExhausted]"), std::string::npos) << err;
+  EXPECT_NE(err.find("writing standard output: " + dump), std::string::npos) << err;
+}
+
 TEST(TrainerVerbs, ConvertTextWritesTrainingAndValidationShards) {
   if (!std::filesystem::exists(kTrainer)) GTEST_SKIP() << "build the trainer target to run " << kTrainer;
   testing::TempDir tmp;

@@ -8,13 +8,28 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <string>
+#include <system_error>
 
 #include "engine/core/error.h"
 #include "include/tandem/cli.h"
 #include "tools/trainer/verbs.h"
+
+namespace {
+
+// " (standard output: PATH)", naming the file stdout was sent to, for a failed write.
+std::string describe_stdout() {
+  std::error_code ec;
+  const std::filesystem::path target = std::filesystem::read_symlink("/proc/self/fd/1", ec);
+  return " (writing standard output: " + (ec ? std::string("?") : target.string()) +
+         "; free space there, or raise `ulimit -f`)";
+}
+
+}  // namespace
 
 int tandem::trainer_main(int argc, char** argv) {
   // A write past the file-size limit (ulimit -f) then fails with EFBIG, which the writers report as
@@ -45,6 +60,14 @@ int tandem::trainer_main(int argc, char** argv) {
     return code == 0 ? 0 : 2;
   } catch (const tandem::Error& e) {
     std::fprintf(stderr, "error [%s]: %s\n", std::string(tandem::error_code_name(e.code())).c_str(), e.what());
+    return 1;
+  } catch (const std::system_error& e) {
+    // fmt::print's failed write of a verb's output (ulimit -f, a full disk), or a thread the
+    // system would not start: the system's reason, not a bug.
+    const int err = e.code().value();
+    const bool exhausted = err == EFBIG || err == ENOSPC || err == EDQUOT || err == EAGAIN;
+    std::fprintf(stderr, "error [%s]: %s%s\n", exhausted ? "ResourceExhausted" : "Internal", e.what(),
+                 err == EFBIG || err == ENOSPC || err == EDQUOT ? describe_stdout().c_str() : "");
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error [Internal]: %s\n", e.what());
