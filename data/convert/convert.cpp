@@ -2,10 +2,14 @@
 // on a ThreadPool worker to "<name>.tmp", renamed when complete so a crash leaves no half shard.
 #include "data/convert/convert.h"
 
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <future>
+#include <regex>
 
 #include "data/tfrecord_index.h"
 #include "data/tfrecord_writer.h"
@@ -75,6 +79,36 @@ ShardInfo write_shard(const ConvertSource& source, const std::vector<size_t>& it
   return ShardInfo{path, items.size(), static_cast<uint64_t>(fs::file_size(path))};
 }
 
+// The shards (and their .idx files) an earlier convert with this prefix left in the folder.
+std::vector<fs::path> earlier_shards(const ConvertOptions& o) {
+  static const std::regex numbering(R"(\d{5}-of-\d{5}\.tfrecord(\.gz|\.zlib)?(\.idx)?)");
+  const std::string start = o.prefix + "-";
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(o.output_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.starts_with(start) && std::regex_match(name.substr(start.size()), numbering)) out.push_back(entry.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void clear_earlier_shards(const ConvertOptions& o) {
+  std::vector<fs::path> earlier = earlier_shards(o);
+  if (earlier.empty()) return;
+  TANDEM_CHECK(o.overwrite, ErrorCode::kFailedPrecondition,
+               "{} already holds {} file(s) of an earlier convert with prefix '{}' (first {}): the new shards would "
+               "sit beside them and a glob over the folder would read both; remove them, choose another --output or "
+               "--prefix, or pass --overwrite to delete them first",
+               o.output_dir, earlier.size(), o.prefix, earlier.front().filename().string());
+  for (const fs::path& p : earlier) {
+    std::error_code ec;
+    fs::remove(p, ec);
+    TANDEM_CHECK(!ec, ErrorCode::kFailedPrecondition, "--overwrite: cannot delete {}: {}", p.string(), ec.message());
+  }
+  spdlog::info("--overwrite: deleted {} file(s) of an earlier convert in {}", earlier.size(), o.output_dir);
+}
+
 }  // namespace
 
 ConvertSummary convert(const ConvertSource& source, const ConvertOptions& options) {
@@ -83,6 +117,7 @@ ConvertSummary convert(const ConvertSource& source, const ConvertOptions& option
   std::error_code ec;
   fs::create_directories(options.output_dir, ec);
   TANDEM_CHECK(!ec, ErrorCode::kNotFound, "cannot create output folder {}: {}", options.output_dir, ec.message());
+  clear_earlier_shards(options);
   const int n = plan_shard_count(source.estimated_bytes(), source.size(), options);
   std::vector<std::vector<size_t>> dealt =
       options.shuffle ? deal_records(source.size(), n, options.seed) : deal_in_order(source.size(), n);

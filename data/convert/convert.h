@@ -24,6 +24,9 @@ struct ConvertOptions {
   Compression compression = Compression::kNone;  // none or gzip (zlib works too)
   int threads = 0;          // 0: available cores
   bool write_index = false;  // DALI-style .idx beside each uncompressed shard
+  // Shards of an earlier convert with this prefix in output_dir (PREFIX-NNNNN-of-NNNNN.tfrecord...)
+  // are an error unless this deletes them first: a glob over the folder would read both sets.
+  bool overwrite = false;
   // Called on the calling thread about five times a second with records written so far.
   std::function<void(uint64_t done, uint64_t total)> progress;
 };

@@ -178,6 +178,41 @@ std::string png_header(uint32_t w, uint32_t h, uint8_t color_type) {
   return std::string("\x89PNG\r\n\x1a\n", 8) + be32(13) + ihdr + be32(crc) + be32(0) + "IEND" + be32(0xae426082);
 }
 
+TEST(Convert, ShardsOfAnEarlierConvertAreAnErrorUnlessOverwritten) {
+  testing::TempDir tmp;
+  testing::write_file(tmp.file("t.csv"), "x,label\n1,a\n2,b\n3,a\n4,b\n");
+  CsvOptions csv;
+  csv.label_column = "label";
+  auto source = open_csv_source(tmp.file("t.csv"), csv);
+  ConvertOptions o;
+  o.output_dir = tmp.file("out");
+  o.min_shards = 3;
+  o.compression = Compression::kNone;
+  o.write_index = true;
+  convert(*source, o);
+  testing::write_file(tmp.file("out/other-00000-of-00001.tfrecord"), "");  // another prefix: not ours
+  o.min_shards = 2;  // the earlier 3 shards would sit beside the new 2
+  try {
+    convert(*source, o);
+    FAIL() << "converted beside the earlier shards";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kFailedPrecondition);
+    EXPECT_NE(std::string(e.what()).find("holds 6 file(s) of an earlier convert with prefix 'data' (first "
+                                         "data-00000-of-00003.tfrecord)"),
+              std::string::npos)
+        << e.what();
+  }
+  o.overwrite = true;
+  ConvertSummary s = convert(*source, o);
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(tmp.file("out"))) names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"data-00000-of-00002.tfrecord", "data-00000-of-00002.tfrecord.idx",
+                                             "data-00001-of-00002.tfrecord", "data-00001-of-00002.tfrecord.idx",
+                                             "other-00000-of-00001.tfrecord"}));
+  EXPECT_EQ(s.records, 4u);
+}
+
 TEST(Convert, ImageFolderKeepsEncodedBytes) {
   testing::TempDir tmp;
   fs::create_directories(tmp.path() / "imgs" / "b_dog");

@@ -30,6 +30,7 @@ struct ConvertArgs {
   int min_shards = 0, gpus = -1, threads = 0;
   uint64_t seed = 0;
   bool index = false;
+  bool overwrite = false;
   bool prefix_given = false, seed_given = false;  // set from the parsed command line
 };
 
@@ -129,6 +130,7 @@ int run_convert_text(const ConvertArgs& a, const data::ConvertOptions& o) {
 int run_convert(const ConvertArgs& a) {
   int gpus = a.gpus >= 0 ? a.gpus : detect_gpu_count();
   data::ConvertOptions o = shard_options(a, gpus);
+  o.overwrite = a.overwrite;
   if (a.source == "text") {
     if (a.inputs.empty()) throw CLI::ValidationError("--source text", "needs --input FILE (or a glob)");
     return run_convert_text(a, o);
@@ -170,6 +172,7 @@ void add_convert_verb(CLI::App& app, int& exit_code) {
   verb->add_option("--threads", a->threads, "Shards written at once (default: cores)")
       ->check(CLI::Range(0, 1024));  // 100,000 once aborted the process starting them
   verb->add_flag("--index", a->index, "Also write a DALI-style .idx file beside each uncompressed shard");
+  verb->add_flag("--overwrite", a->overwrite, "Delete the shards an earlier convert with this prefix left in the folder");
   verb->callback([a, prefix, seed, &exit_code] {
     a->prefix_given = prefix->count() > 0;
     a->seed_given = seed->count() > 0;
