@@ -8,10 +8,10 @@ namespace tandem::train {
 
 std::shared_ptr<distribute::ProcessLink> join_processes(const distribute::ProcessGroupSpec& spec,
                                                         const std::string& config_hash, int local_replicas,
-                                                        std::chrono::milliseconds timeout) {
+                                                        std::chrono::milliseconds timeout, const std::string& run_dir) {
   distribute::ProcessLinkOptions o;
   o.spec = spec;
-  o.identity = {.config_hash = config_hash, .version = tandem_version(), .run_id = spec.run_id};
+  o.identity = {.config_hash = config_hash, .version = tandem_version(), .run_id = spec.run_id, .run_dir = run_dir};
   o.local_replicas = local_replicas;
   o.timeout = timeout;
   spdlog::info("{}: joining the rendezvous (config {}{})", spec.describe(), config_hash,

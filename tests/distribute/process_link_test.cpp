@@ -3,7 +3,7 @@
 // multi-process runs are in tests/tools): who may join, what a departed process looks like, and
 // cross-process collectives against one process holding every rank, bit for bit where ordered.
 #include <gtest/gtest.h>
-
+#include <sys/socket.h>
 
 #include <cstring>
 #include <thread>
@@ -263,6 +263,68 @@ TEST(Rendezvous, AProcessWithAnotherReplicaCountIsRefused) {
   }));
   EXPECT_NE(refused.find("every process must run as many replicas"), std::string::npos) << refused;
   EXPECT_NE(refused.find("3 replica(s)"), std::string::npos) << refused;
+}
+
+TEST(Rendezvous, AProcessInAnotherRunDirectoryIsRefused) {
+  const int port = free_port();
+  std::string refused;
+  expect_no_errors(run_ranks(2, [&](int r) {
+    auto options = join(port, r, 2);
+    options.identity.run_dir = "runs/a";
+    if (r == 1) {
+      auto elsewhere = options;
+      elsewhere.identity.run_dir = "runs/b";
+      try {
+        bootstrap::Client c(elsewhere);
+        ADD_FAILURE() << "a process of another run directory joined";
+      } catch (const Error& e) {
+        refused = e.what();
+      }
+    }
+    bootstrap::Client c(options);
+  }));
+  EXPECT_NE(refused.find("the run directory differs ('runs/b' against 'runs/a'"), std::string::npos) << refused;
+}
+
+TEST(Rendezvous, SlowOrStrayClientsNeverHoldUpTheJoin) {
+  const int port = free_port();
+  std::vector<bootstrap::Socket> strays;
+  const auto start = bootstrap::Clock::now();
+  expect_no_errors(run_ranks(3, [&](int r) {
+    if (r == 1) {
+      // Four clients that send one byte of a frame header and nothing more: the server once read
+      // each for 10 s before it served anyone else (40 s).
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // process 0's server is up
+      for (int i = 0; i < 4; ++i) {
+        strays.push_back(bootstrap::connect_to("127.0.0.1", port, bootstrap::Clock::now() + std::chrono::seconds(20)));
+        ASSERT_EQ(::send(strays.back().fd(), "\x05", 1, MSG_NOSIGNAL), 1);
+      }
+    }
+    bootstrap::Client c(join(port, r, 3));
+    EXPECT_EQ(c.size(), 3);
+  }));
+  const double seconds = std::chrono::duration<double>(bootstrap::Clock::now() - start).count();
+  EXPECT_LT(seconds, 8.0) << "the strays held up the join";
+}
+
+TEST(Rendezvous, AMissingProcessIsNamedByProcessZero) {
+  const int port = free_port();
+  std::vector<std::string> errors(2);
+  run_ranks(2, [&](int r) {
+    auto options = join(port, r, 3);  // rank 2 never comes
+    options.timeout = std::chrono::milliseconds(1500);
+    try {
+      bootstrap::Client c(options);
+    } catch (const Error& e) {
+      errors[static_cast<size_t>(r)] = fmt::format("{}: {}", error_code_name(e.code()), e.what());
+    }
+  });
+  EXPECT_NE(errors[0].find("DeadlineExceeded: process 0 waited 1.5 s at the rendezvous"), std::string::npos)
+      << errors[0];
+  EXPECT_NE(errors[0].find("for the run's 3 processes, and process(es) 2 never joined"), std::string::npos)
+      << errors[0];
+  EXPECT_NE(errors[1].find("not all joined (process 0's error names the missing ranks)"), std::string::npos)
+      << errors[1];
 }
 
 }  // namespace

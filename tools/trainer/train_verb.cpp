@@ -113,7 +113,7 @@ int run_training(const TrainArgs& args) {
   std::shared_ptr<distribute::ProcessLink> link;
   if (processes.multi_process()) {
     link = train::join_processes(processes, config.shared_digest, plan.local_replicas(),
-                                 train::watchdog_timeout(config.train));
+                                 train::watchdog_timeout(config.train), requested);
   }
   ensure_data_once(config, link.get());
   train::TrainerSetup setup = make_trainer_setup(config, plan, run_dir);

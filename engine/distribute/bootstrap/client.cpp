@@ -17,7 +17,22 @@ Client::Client(const JoinOptions& o) : rank_(o.rank), timeout_(o.timeout) {
   socket_ = connect_to(o.address, o.port, deadline);
   send_frame(socket_.fd(), encode(self));
   std::string payload;
-  TANDEM_CHECK(recv_frame(socket_.fd(), &payload, deadline), ErrorCode::kUnavailable,
+  bool answered = false;
+  try {
+    answered = recv_frame(socket_.fd(), &payload, deadline);
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kDeadlineExceeded) throw;
+    const std::string missing = server_ ? server_->missing_ranks() : std::string();
+    throw Error(ErrorCode::kDeadlineExceeded,
+                fmt::format("process {} waited {} s at the rendezvous {}:{} for the run's {} processes, and {}: start "
+                            "every process of the run (ranks 0 to {}) with this rendezvous address, or raise "
+                            "distribute.watchdog_timeout_s",
+                            o.rank, o.timeout.count() / 1000.0, o.address, o.port, o.size,
+                            server_ ? "process(es) " + missing + " never joined"
+                                    : std::string("not all joined (process 0's error names the missing ranks)"),
+                            o.size - 1));
+  }
+  TANDEM_CHECK(answered, ErrorCode::kUnavailable,
                "the rendezvous at {}:{} closed the connection while process {} joined", o.address, o.port, o.rank);
   FrameReader in(payload);
   auto op = static_cast<Op>(in.u32());

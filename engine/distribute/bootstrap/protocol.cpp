@@ -13,6 +13,7 @@ std::string encode(const Hello& h) {
   FrameWriter w;
   w.u32(static_cast<uint32_t>(Op::kHello)).u32(h.rank).u32(h.size).str(h.host).u32(h.pid).u32(h.local_replicas);
   w.str(h.identity.config_hash).str(h.identity.version).str(h.identity.run_id).str(h.token_digest);
+  w.str(h.identity.run_dir);  // last: a Hello without it (an older version) still decodes, and is refused
   return w.bytes();
 }
 
@@ -33,6 +34,7 @@ Hello decode_hello(FrameReader& in) {
   h.identity.version = in.str();
   h.identity.run_id = in.str();
   h.token_digest = in.str();
+  if (!in.done()) h.identity.run_dir = in.str();
   return h;
 }
 
@@ -54,6 +56,12 @@ std::string refusal(const Hello& first, const Hello& joining) {
   if (!joining.identity.run_id.empty() && !first.identity.run_id.empty() &&
       joining.identity.run_id != first.identity.run_id) {
     why.push_back("the run id differs");
+  }
+  if (!joining.identity.run_dir.empty() && !first.identity.run_dir.empty() &&
+      joining.identity.run_dir != first.identity.run_dir) {
+    why.push_back(fmt::format("the run directory differs ('{}' against '{}': every process writes and resumes from "
+                              "the same --run-dir)",
+                              joining.identity.run_dir, first.identity.run_dir));
   }
   if (joining.rank == 0 || joining.rank >= first.size) {
     why.push_back(fmt::format("rank {} is not a rank a second process may take (1 to {})", joining.rank,

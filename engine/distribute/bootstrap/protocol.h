@@ -28,6 +28,7 @@ struct ProcessIdentity {
   std::string config_hash{};  // of the resolved config, process-specific keys left out
   std::string version{};      // tandem::version()
   std::string run_id{};       // the launcher's job id, or distribute.run_id; empty matches any
+  std::string run_dir{};      // --run-dir as given: checkpoints are written and read there; empty matches any
 };
 
 struct Hello {

@@ -1,5 +1,6 @@
-// One thread, one poll() over the listener and every connection; requests are answered in
-// arrival order, a get waits (inside the server) until its key is set.
+// One thread, one poll() over the listener and every connection; a connection's bytes are read as
+// they come (never waiting for the rest of a frame), requests are answered in arrival order, and a
+// get waits (inside the server) until its key is set.
 #include "engine/distribute/bootstrap/server.h"
 
 #include <fcntl.h>
@@ -66,16 +67,7 @@ void Server::loop() {
     if (fds[0].revents != 0) return;
     std::vector<size_t> gone;
     for (size_t i = 0; i < conns_.size(); ++i) {
-      if (fds[i + 2].revents == 0) continue;
-      std::string payload;
-      bool open = false;
-      try {
-        open = recv_frame(conns_[i].socket.fd(), &payload, Clock::now() + std::chrono::seconds(10)) &&
-               handle(conns_[i], payload);
-      } catch (const Error& e) {
-        spdlog::warn("rendezvous: dropped the connection from {}: {}", conns_[i].peer, e.what());
-      }
-      if (!open) gone.push_back(i);
+      if (fds[i + 2].revents != 0 && !serve(conns_[i])) gone.push_back(i);
     }
     for (auto it = gone.rbegin(); it != gone.rend(); ++it) {
       closed(conns_[*it]);
@@ -91,6 +83,41 @@ void Server::loop() {
       }
     }
   }
+}
+
+bool Server::serve(Conn& conn) {
+  try {
+    bool open = true;
+    char buf[4096];
+    for (;;) {
+      const ssize_t r = ::recv(conn.socket.fd(), buf, sizeof buf, MSG_DONTWAIT);
+      if (r > 0) {
+        conn.inbox.append(buf, static_cast<size_t>(r));
+        continue;
+      }
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      open = false;  // closed, or reset
+      break;
+    }
+    std::string payload;
+    while (take_frame(conn.inbox, &payload)) {
+      if (!handle(conn, payload)) return false;
+    }
+    return open;
+  } catch (const Error& e) {
+    spdlog::warn("rendezvous: dropped the connection from {}: {}", conn.peer, e.what());
+    return false;
+  }
+}
+
+std::string Server::missing_ranks() const {
+  std::lock_guard lock(present_mutex_);
+  std::string text;
+  for (size_t r = 0; r < present_.size(); ++r) {
+    if (!present_[r]) text += (text.empty() ? "" : ", ") + std::to_string(r);
+  }
+  return text;
 }
 
 bool Server::handle(Conn& conn, const std::string& payload) {
@@ -145,7 +172,10 @@ bool Server::admit(Conn& conn, FrameReader& in) {
   }
   conn.rank = static_cast<int>(h.rank);
   joined_[h.rank] = h;
-  present_[h.rank] = true;
+  {
+    std::lock_guard lock(present_mutex_);
+    present_[h.rank] = true;
+  }
   welcome_all();
   return true;
 }
@@ -176,7 +206,10 @@ void Server::answer_gets() {
 
 void Server::closed(Conn& conn) {
   if (conn.rank < 0) return;
-  if (!welcomed_) present_[static_cast<size_t>(conn.rank)] = false;  // it may come again before the group forms
+  if (!welcomed_) {  // it may come again before the group forms
+    std::lock_guard lock(present_mutex_);
+    present_[static_cast<size_t>(conn.rank)] = false;
+  }
   if (conn.said_bye) return;
   const Hello& h = joined_[static_cast<size_t>(conn.rank)];
   departed_.push_back(fmt::format("{} left without a word (killed, or its host is down)", who(h)));

@@ -213,6 +213,18 @@ bool recv_frame(int fd, std::string* payload, Clock::time_point deadline) {
   return true;
 }
 
+bool take_frame(std::string& inbox, std::string* payload) {
+  if (inbox.size() < 4) return false;
+  const auto* head = reinterpret_cast<const unsigned char*>(inbox.data());
+  const uint32_t n = head[0] | head[1] << 8 | head[2] << 16 | static_cast<uint32_t>(head[3]) << 24;
+  TANDEM_CHECK(n <= kMaxFrame, ErrorCode::kDataLoss,
+               "a rendezvous message of {} bytes: the peer does not speak Tandem's rendezvous", n);
+  if (inbox.size() < 4 + static_cast<size_t>(n)) return false;
+  payload->assign(inbox, 4, n);
+  inbox.erase(0, 4 + static_cast<size_t>(n));
+  return true;
+}
+
 FrameWriter& FrameWriter::u32(uint32_t v) {
   for (int i = 0; i < 4; ++i) out_ += static_cast<char>((v >> (8 * i)) & 0xff);
   return *this;

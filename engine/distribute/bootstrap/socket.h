@@ -43,6 +43,9 @@ std::string host_name();
 // DeadlineExceeded at the deadline.
 void send_frame(int fd, std::string_view payload);
 bool recv_frame(int fd, std::string* payload, Clock::time_point deadline);
+// Takes one whole frame off the front of `inbox` (bytes as they arrived); false while none is
+// complete. Throws DataLoss for a length no rendezvous frame has.
+bool take_frame(std::string& inbox, std::string* payload);
 
 // A payload built and read field by field: u32 numbers and length-prefixed strings.
 class FrameWriter {
@@ -60,6 +63,7 @@ class FrameReader {
   explicit FrameReader(std::string_view in) : in_(in) {}
   uint32_t u32();
   std::string str();
+  bool done() const { return in_.empty(); }  // nothing left (a field a later version appends)
 
  private:
   std::string_view in_;
