@@ -29,7 +29,7 @@ class Fd {
   int fd_;
 };
 
-int64_t count_uncompressed(const std::string& path, uint64_t size) {
+int64_t count_uncompressed(const std::string& path, uint64_t size, bool strict) {
   Fd fd(path);
   int64_t records = 0;
   uint64_t offset = 0;
@@ -39,24 +39,36 @@ int64_t count_uncompressed(const std::string& path, uint64_t size) {
     TANDEM_CHECK(got == 8, ErrorCode::kDataLoss, "{}: truncated record at {}", path, offset);
     uint64_t length = 0;
     for (int i = 7; i >= 0; --i) length = (length << 8) | header[i];
-    // A damaged length must not wrap the offset around; the reader reports the damage later.
-    if (length > size - offset) break;
+    // A damaged length must not wrap the offset around. Under on_corrupt: fail the damage is the
+    // error now, as the reader would give it (not a count that looks like too few records).
+    if (length > size - offset - 12 || size - offset - 12 - length < 4) {
+      TANDEM_CHECK(!strict, ErrorCode::kDataLoss,
+                   "truncated record at {} in {} (record {}): the record says {} data bytes; the file ends first "
+                   "(`trainer inspect {}` shows the damage; data.on_corrupt: skip trains on the records before it)",
+                   offset, path, records, length, path);
+      break;
+    }
     offset += 16 + length;
     ++records;
   }
+  TANDEM_CHECK(!strict || offset == size, ErrorCode::kDataLoss,
+               "truncated record at {} in {} (record {}): {} bytes left where a 12-byte header starts "
+               "(`trainer inspect {}` shows the damage; data.on_corrupt: skip trains on the records before it)",
+               offset, path, records, size - offset, path);
   return records;
 }
 
 }  // namespace
 
-int64_t count_records(const std::string& path) {
+int64_t count_records(const std::string& path, bool strict) {
   struct stat st {};
   TANDEM_CHECK(::stat(path.c_str(), &st) == 0, ErrorCode::kNotFound, "stat {}: {}", path, std::strerror(errno));
   if (detect_file_compression(path) == Compression::kNone) {
-    return count_uncompressed(path, static_cast<uint64_t>(st.st_size));
+    return count_uncompressed(path, static_cast<uint64_t>(st.st_size), strict);
   }
   TFRecordReaderOptions options;
   options.verify_crc = false;
+  options.on_corrupt = strict ? OnCorrupt::kFail : OnCorrupt::kSkip;
   TFRecordReader reader(path, options);
   std::string_view record;
   int64_t records = 0;
@@ -64,12 +76,12 @@ int64_t count_records(const std::string& path) {
   return records;
 }
 
-std::vector<ShardFile> describe_files(const std::vector<std::string>& paths, bool count) {
+std::vector<ShardFile> describe_files(const std::vector<std::string>& paths, bool count, bool strict) {
   std::vector<ShardFile> files;
   for (const std::string& path : paths) {
     struct stat st {};
     TANDEM_CHECK(::stat(path.c_str(), &st) == 0, ErrorCode::kNotFound, "stat {}: {}", path, std::strerror(errno));
-    files.push_back({path, static_cast<uint64_t>(st.st_size), count ? count_records(path) : -1});
+    files.push_back({path, static_cast<uint64_t>(st.st_size), count ? count_records(path, strict) : -1});
   }
   return files;
 }

@@ -47,8 +47,10 @@ struct ShardPlan {
 ShardPlan plan_shards(const std::vector<ShardFile>& files, int num_replicas, ShardPolicy policy);
 
 // Sizes (and, when count_records, record counts) of files, for plan_shards.
-std::vector<ShardFile> describe_files(const std::vector<std::string>& paths, bool count_records);
-// Records in a TFRecord file: hops over headers when uncompressed, else reads through it.
-int64_t count_records(const std::string& path);
+std::vector<ShardFile> describe_files(const std::vector<std::string>& paths, bool count_records, bool strict = false);
+// Records in a TFRecord file: hops over headers when uncompressed, else reads through it. strict
+// (on_corrupt: fail): damaged framing is a DataLoss naming the file and offset; otherwise the
+// records before it are counted.
+int64_t count_records(const std::string& path, bool strict = false);
 
 }  // namespace tandem::data

@@ -239,7 +239,12 @@ ReplicaLoop::Vote ReplicaLoop::vote(bool have_batch) {
 }
 
 void ReplicaLoop::throw_no_batch(int64_t epoch, int64_t dropped) const {
-  const std::string given = dropped > 0 ? fmt::format("only {} example(s) in all", dropped) : "no example at all";
+  // The pipeline drops a last partial batch (data.drop_remainder) before the loop can count it.
+  const std::string given =
+      dropped > 0 ? fmt::format("only {} example(s) in all", dropped)
+                  : fmt::format("no full batch (fewer than {} records per replica? data.drop_remainder drops a last, "
+                                "partial batch)",
+                                plan_.per_replica_batch_size);
   throw_error(ErrorCode::kFailedPrecondition,
               "epoch {} gave no training step: a step needs a full batch of {} example(s) on each of the {} "
               "replica(s) (train.global_batch_size {}), and the training data gave {}. Check data.files (an empty "

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <map>
 
 #include "data/pipeline/replica_pipeline.h"
@@ -123,6 +124,27 @@ TEST(PipelineSharding, CountsRecordsOfAFile) {
   EXPECT_EQ(count_records(files[0]), 13);
   EXPECT_EQ(count_records(files[1]), 0);
   EXPECT_THROW(parse_shard_policy("flie"), Error);
+}
+
+TEST(PipelineSharding, ACorruptFileIsItsDataLossNotTooFewRecords) {
+  testing::ScratchDir dir;
+  auto files = testing::write_labelled_files(dir.path("p"), {5});
+  // The last record's data CRC cut short.
+  std::filesystem::resize_file(files[0], std::filesystem::file_size(files[0]) - 3);
+  EXPECT_EQ(count_records(files[0]), 4);  // skip / quarantine: the records before the damage
+  try {
+    count_records(files[0], true);
+    FAIL() << "counted a damaged file under on_corrupt: fail";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kDataLoss);
+    EXPECT_NE(std::string(e.what()).find("truncated record at"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("(record 4)"), std::string::npos) << e.what();
+  }
+  // Planning a run: the file's damage, not "replica 0 gets 4 record(s) ... add records".
+  PipelineConfig config = raw_config(files[0], ShardPolicy::kAuto);
+  EXPECT_THROW(build_replica_pipelines(config, 1, 0, 1, false), Error);
+  config.on_corrupt = OnCorrupt::kSkip;
+  EXPECT_EQ(build_replica_pipelines(config, 1, 0, 1, false).plan.replicas[0].expected_records, 4);
 }
 
 }  // namespace
