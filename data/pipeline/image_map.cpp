@@ -161,7 +161,10 @@ ImageLayout parse_image_layout(std::string_view name) {
 
 Generator element_generator(uint64_t seed, int replica, const Element& element) {
   uint64_t h = mix(0, static_cast<uint64_t>(replica));
-  for (char ch : element.file) h = (h ^ static_cast<uint8_t>(ch)) * 0x100000001b3ULL;  // FNV-1a over the path
+  // FNV-1a over the file's name, not its path: the same files reached by an absolute or a relative
+  // path, through a linked folder, or copied to a local disk give the same augmentation.
+  const std::string_view name = std::string_view(element.file).substr(element.file.rfind('/') + 1);
+  for (char ch : name) h = (h ^ static_cast<uint8_t>(ch)) * 0x100000001b3ULL;
   h = mix(h, static_cast<uint64_t>(element.record));
   h = mix(h, static_cast<uint64_t>(element.epoch));
   return Generator(seed, h);

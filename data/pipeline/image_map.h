@@ -46,7 +46,8 @@ struct ImageMapOptions {
 // u8 (or f32 when normalising) (H, W, C) for NHWC or (C, H, W) for NCHW; the label an i64 scalar.
 MapFn make_image_map(ImageMapOptions options);
 
-// The per-record generator: a pure function of (seed, replica, epoch, file, record).
+// The per-record generator: a pure function of (seed, replica, epoch, the file's name, record);
+// the folder the file is reached through plays no part.
 Generator element_generator(uint64_t seed, int replica, const Element& element);
 
 }  // namespace tandem::data

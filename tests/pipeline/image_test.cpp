@@ -224,5 +224,21 @@ TEST(PipelineImage, AnImageFeatureWithTwoValuesIsRefusedAsATwoValueLabelIs) {
   EXPECT_NE(e.find("with 2 values; expected one encoded image"), std::string::npos) << e;
 }
 
+TEST(PipelineImage, AugmentationFollowsTheFilesNameNotThePathItIsReachedBy) {
+  auto draws = [](const std::string& file, int64_t record) {
+    Element e;
+    e.file = file;
+    e.record = record;
+    Generator g = element_generator(7, 0, e);
+    return std::vector<uint32_t>{g.next_u32(), g.next_u32(), g.next_u32()};
+  };
+  const auto first = draws("/data/fashion/train-00000-of-00002.tfrecord", 5);
+  EXPECT_EQ(draws("fashion/train-00000-of-00002.tfrecord", 5), first);      // relative
+  EXPECT_EQ(draws("/mnt/ssd/copy/train-00000-of-00002.tfrecord", 5), first);  // copied elsewhere
+  EXPECT_EQ(draws("train-00000-of-00002.tfrecord", 5), first);
+  EXPECT_NE(draws("/data/fashion/train-00001-of-00002.tfrecord", 5), first);  // another file
+  EXPECT_NE(draws("/data/fashion/train-00000-of-00002.tfrecord", 6), first);  // another record
+}
+
 }  // namespace
 }  // namespace tandem::data
