@@ -124,6 +124,16 @@ ReplicaPlan plan_replicas(const ReplicaPlanRequest& r) {
   plan.process_rank = r.process_rank;
   int cores = r.cores > 0 ? r.cores : available_cores();
   plan.threads_per_replica = want_gpu ? 1 : std::max(1, cores / plan.local_replicas());
+  if (!want_gpu && r.threads_per_replica > 0) {
+    plan.threads_per_replica = r.threads_per_replica;
+    // oneDNN's OpenMP threads spin while they wait: more of them than cores costs far more than it gives.
+    if (r.threads_per_replica * plan.local_replicas() > cores) {
+      plan.oversubscribed_warning = fmt::format(
+          "threads_per_replica {} x {} replica(s) is {} threads on {} core(s): spinning threads will slow every "
+          "step many times over (set OMP_WAIT_POLICY=PASSIVE, or lower threads_per_replica)",
+          r.threads_per_replica, plan.local_replicas(), r.threads_per_replica * plan.local_replicas(), cores);
+    }
+  }
   plan_batch(plan, r);
   return plan;
 }

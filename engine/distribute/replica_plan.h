@@ -21,6 +21,7 @@ struct ReplicaPlanRequest {
   int64_t global_batch_size = 0;       // exactly one of these two is positive
   int64_t per_replica_batch_size = 0;
   int cores = 0;                 // CPU cores to share between CPU replicas (0: all available)
+  int threads_per_replica = 0;   // CPU replicas' compute threads; 0: the cores over the local replicas
   int processes = 1;             // processes of the run, each with the same replicas
   int process_rank = 0;
 };
@@ -33,6 +34,7 @@ struct ReplicaPlan {
   int64_t per_replica_batch_size = 0;
   int threads_per_replica = 1;
   std::string fallback_warning;  // set when device: auto fell back to the CPU, saying why
+  std::string oversubscribed_warning;  // set when threads_per_replica x local replicas exceed the cores
 
   int replicas() const { return local_replicas() * processes; }  // of every process
   int local_replicas() const { return static_cast<int>(devices.size()); }

@@ -221,6 +221,12 @@ void add_train_keys(TrainConfig& c, Keys& keys) {
   keys["cudnn_benchmark"] = [&](auto& n, auto& p) { c.cudnn_benchmark = as_bool(n, p); };
   keys["device"] = [&](auto& n, auto& p) { c.device.device = one_of(n, p, {"auto", "cpu", "cuda"}); };
   keys["devices"] = [&](auto& n, auto& p) { c.device.devices = devices_text(n, p); };
+  keys["threads_per_replica"] = [&](auto& n, auto& p) {
+    const int64_t v = as_int(n, p, 0);
+    TANDEM_CHECK(v <= 1024, ErrorCode::kInvalidArgument, "{}: {} threads is more than the 1024 this accepts",
+                 yaml::where(n, p), v);
+    c.device.threads_per_replica = static_cast<int>(v);
+  };
   keys["model"] = [&](auto& n, auto& p) {
     walk(n, p, model_keys(c.model));
     check_model_family(n, p, c.model);
@@ -264,6 +270,7 @@ distribute::ReplicaPlanRequest plan_request(const TrainConfig& c) {
   distribute::ReplicaPlanRequest request;
   request.device = c.device.device;
   request.devices = c.device.devices;
+  request.threads_per_replica = c.device.threads_per_replica;
   request.global_batch_size = c.loop.global_batch_size;
   request.per_replica_batch_size = c.loop.per_replica_batch_size;
   return request;

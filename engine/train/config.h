@@ -22,6 +22,7 @@ namespace tandem::train {
 struct DeviceConfig {
   std::string device = "auto";       // auto | cpu | cuda
   std::string devices = "all";       // all | N | [0, 1] (as "[0,1]") | cpu:N
+  int threads_per_replica = 0;       // CPU replicas' compute threads; 0: the cores over the replicas
 };
 
 using ModelConfig = nn::ModelSpec;

@@ -159,5 +159,22 @@ TEST(Config, TransformerModelsTakeTheirReferencesKeys) {
       << e;
 }
 
+TEST(Config, ThreadsPerReplicaPinsTheCountAndOversubscriptionIsAWarning) {
+  TrainConfig c = parse("device: cpu\ndevices: cpu:2\nthreads_per_replica: 3\ntrain: {global_batch_size: 8}");
+  distribute::ReplicaPlanRequest request = plan_request(c);
+  request.cores = 4;
+  distribute::ReplicaPlan plan = distribute::plan_replicas(request);
+  EXPECT_EQ(plan.threads_per_replica, 3);
+  EXPECT_NE(plan.oversubscribed_warning.find("threads_per_replica 3 x 2 replica(s) is 6 threads on 4 core(s)"),
+            std::string::npos)
+      << plan.oversubscribed_warning;
+  request.cores = 8;
+  EXPECT_TRUE(distribute::plan_replicas(request).oversubscribed_warning.empty());
+  request.threads_per_replica = 0;  // the default: the cores over the replicas, never more
+  EXPECT_EQ(distribute::plan_replicas(request).threads_per_replica, 4);
+  std::string e = error_of("threads_per_replica: 5000\ntrain: {global_batch_size: 8}");
+  EXPECT_NE(e.find("threads_per_replica (line 1): 5000 threads is more than the 1024"), std::string::npos) << e;
+}
+
 }  // namespace
 }  // namespace tandem::train
