@@ -62,12 +62,12 @@ class TrainerProcessesTest : public ::testing::Test {
   // nodes of their own, so that every replica computes with as many threads as it would in one
   // process of all the replicas (oneDNN's sums depend on the thread count).
   std::vector<pid_t> start_together(const std::string& config, const std::string& run, int processes, int local,
-                                    const std::string& extra = "") {
+                                    const std::string& extra = "", bool pinned = true) {
     const int port = free_port();
     const long cores = std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN));
     std::vector<pid_t> pids;
     for (int p = 0; p < processes; ++p) {
-      const std::string pin = processes == 1 ? "" : fmt::format("taskset -c {}", p % cores);
+      const std::string pin = processes == 1 || !pinned ? "" : fmt::format("taskset -c {}", p % cores);
       pids.push_back(testing::start_trainer(args(config, run, processes, p, local, port, extra),
                                             dir_ / fmt::format("{}-{}.log", run, p), pin));
     }
@@ -75,8 +75,8 @@ class TrainerProcessesTest : public ::testing::Test {
   }
   // Runs them to the end; each one's exit status.
   std::vector<int> run_together(const std::string& config, const std::string& run, int processes, int local,
-                                const std::string& extra = "") {
-    std::vector<pid_t> pids = start_together(config, run, processes, local, extra);
+                                const std::string& extra = "", bool pinned = true) {
+    std::vector<pid_t> pids = start_together(config, run, processes, local, extra, pinned);
     std::vector<int> status;
     for (pid_t pid : pids) status.push_back(testing::wait_trainer(pid));
     return status;
@@ -101,6 +101,22 @@ TEST_F(TrainerProcessesTest, TwoProcessesOfOneReplicaTrainTheWeightsOfOneProcess
   EXPECT_NE(log("two", 1).find("process 1 done after 6 steps"), std::string::npos) << log("two", 1);
   EXPECT_TRUE(fs::exists(dir_ / "two" / "run_summary.json"));
   EXPECT_EQ(log("two", 1).find("step 2 ("), std::string::npos) << "only process 0 logs the run's progress";
+}
+
+TEST_F(TrainerProcessesTest, UnpinnedProcessesOfOneHostShareItsCoresInsteadOfOversubscribing) {
+  const long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
+  if (cores < 2) GTEST_SKIP() << "needs 2 cores";
+  write_config("run.yaml", 2);
+  ASSERT_EQ(run_together("run.yaml", "one", 1, 2), std::vector<int>{0}) << log("one", 0);
+  // Unpinned, each process once gave its one replica every core: 2 x cores threads on the host.
+  ASSERT_EQ(run_together("run.yaml", "two", 2, 1, "", false), (std::vector<int>{0, 0})) << log("two", 0);
+  const std::string shared = fmt::format("2 processes of this run share this host's {} cores: {} thread(s) per "
+                                         "replica instead of {}",
+                                         cores, cores / 2, cores);
+  EXPECT_NE(log("two", 0).find(shared), std::string::npos) << log("two", 0);
+  // The same threads per replica as one process of two replicas: the same bits.
+  ASSERT_FALSE(weights("one", 2).empty());
+  EXPECT_TRUE(weights("two", 2) == weights("one", 2)) << "unpinned 2 processes x 1 replica differ from 1 x 2";
 }
 
 TEST_F(TrainerProcessesTest, TwoProcessesOfTwoReplicasTrainTheWeightsOfOneProcessOfFour) {

@@ -2,11 +2,14 @@
 // config strictly, prepares missing data when the config says how, checks the devices, then
 // trains and leaves the resolved config, metrics, events, checkpoints and run_summary.json.
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <optional>
 
 #include "data/tensorboard_sink.h"
+#include "engine/core/context.h"
 #include "engine/distribute/bootstrap/client.h"
 #include "engine/distribute/process_link.h"
 #include "engine/train/callbacks.h"
@@ -90,6 +93,25 @@ void ensure_data_once(const RunConfig& config, distribute::ProcessLink* link) {
   if (link->rank() != 0) ensure_data(config);
 }
 
+// Processes of one run on one host, none pinned to its own cores (taskset, a launcher's binding):
+// each would give its replicas every core, so their threads together would oversubscribe the host
+// many times over. The cores are shared out instead (threads_per_replica, when given, stands).
+void share_host_cores(distribute::ReplicaPlan& plan, const distribute::ProcessLink& link,
+                      const train::TrainConfig& config) {
+  if (!plan.devices.front().is_cpu() || config.device.threads_per_replica > 0) return;
+  const std::vector<std::string>& hosts = link.hosts();
+  const auto here = std::count(hosts.begin(), hosts.end(), hosts[static_cast<size_t>(link.rank())]);
+  const long online = ::sysconf(_SC_NPROCESSORS_ONLN);
+  if (here < 2 || available_cores() < online) return;
+  const int shared = std::max(1, available_cores() / static_cast<int>(here * plan.local_replicas()));
+  if (shared == plan.threads_per_replica) return;
+  if (link.rank() == 0) {
+    spdlog::info("{} processes of this run share this host's {} cores: {} thread(s) per replica instead of {}", here,
+                 available_cores(), shared, plan.threads_per_replica);
+  }
+  plan.threads_per_replica = shared;
+}
+
 int run_training(const TrainArgs& args) {
   RunConfig config = load_run_config(args.config, args.overrides);
   const distribute::ProcessGroupSpec processes =
@@ -122,6 +144,7 @@ int run_training(const TrainArgs& args) {
   if (processes.multi_process()) {
     link = train::join_processes(processes, config.shared_digest, plan.local_replicas(),
                                  train::watchdog_timeout(config.train), requested);
+    share_host_cores(plan, *link, config.train);
   }
   ensure_data_once(config, link.get());
   train::TrainerSetup setup = make_trainer_setup(config, plan, run_dir);
