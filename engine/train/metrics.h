@@ -47,7 +47,7 @@ struct RunSummary {
   int64_t global_batch_size = 0, per_replica_batch_size = 0;
   std::string device;
   int64_t dropped_examples = 0;  // examples left out because not every replica had a full batch
-  double wall_time_s = 0;
+  double wall_time_s = 0;  // Trainer::run()'s, start to end (the trainer verb adds its set-up)
   int stop_signal = 0;  // non-zero: stopped early on request (TrainerSetup::stop), e.g. SIGTERM's 15
   std::string stop_reason;  // why a callback stopped the run early (TrainerControl::request_stop); empty otherwise
   // Resumed from a checkpoint with no step left to train: only final_metrics (the checkpoint's,

@@ -4,6 +4,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <set>
 #include <thread>
 
@@ -212,7 +213,9 @@ Trainer::Trainer(TrainerSetup setup) {
   if (auto path = agreed_resume(s)) {
     s.resume = validate_checkpoint(*path);
     s.resume_path = *path;  // the replicas load exactly this directory, not their own of that step
-    spdlog::info("resuming from {} (step {}, epoch {})", path->string(), s.resume->step, s.resume->epoch);
+    // Epochs counted from 1, as every other log line counts them.
+    spdlog::info("resuming from {} (step {}, {} epoch(s) complete: the run goes on in epoch {})", path->string(),
+                 s.resume->step, s.resume->epoch, s.resume->epoch + 1);
     log_replica_change(*s.resume, s.setup.plan);
   }
   if (s.resume) restore_callbacks(s);
@@ -227,6 +230,7 @@ std::filesystem::path checkpoint_dir(const TrainConfig& config, const std::files
 
 RunSummary Trainer::run() {
   Shared& s = *shared_;
+  const auto start = std::chrono::steady_clock::now();
   int replicas = s.setup.plan.local_replicas();
   std::vector<std::thread> threads;
   for (int r = 0; r < replicas; ++r) {
@@ -251,6 +255,8 @@ RunSummary Trainer::run() {
     s.link->barrier(0);
     s.link->goodbye();
   }
+  // This run's wall time, from the start of run() (set-up before it is the caller's).
+  s.summary.wall_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (s.setup.processes.rank != 0) return s.summary;  // process 0 reports the run
   for (const auto& callback : s.setup.callbacks) callback->on_train_end(s.summary);
   return s.summary;

@@ -27,6 +27,7 @@ TEST_F(TrainerTest, LearnsAndReportsTheRun) {
   EXPECT_EQ(run.summary.steps, 48);
   EXPECT_EQ(run.summary.epochs, 6);
   EXPECT_GT(run.summary.images_per_sec, 0);
+  EXPECT_GT(run.summary.wall_time_s, 0);  // a program calling Trainer::run() once read 0
   EXPECT_GT(run.summary.step_time_p95_ms, 0);
   EXPECT_GE(run.summary.step_time_p95_ms, run.summary.step_time_p50_ms);
   EXPECT_GT(run.summary.final_metrics.at("eval_top1"), 0.9);
