@@ -17,6 +17,8 @@ target_include_directories(tandem INTERFACE
   $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include> $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}/include>
   $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
 add_library(Tandem::tandem ALIAS tandem)
+# Tandem::tandem_cli alone is enough for a program calling tandem::trainer_main (tandem/cli.h).
+target_link_libraries(tandem_cli INTERFACE tandem)
 
 set(tandem_installed_libraries tandem_core tandem_backend tandem_autograd tandem_nn tandem_optim tandem_distribute
   tandem_train tandem_data tandem_pipeline tandem_models tandem_proto
@@ -84,5 +86,12 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/TandemConfigVersion.cmake
 install(FILES ${PROJECT_BINARY_DIR}/TandemConfig.cmake ${PROJECT_BINARY_DIR}/TandemConfigVersion.cmake
   DESTINATION ${TANDEM_CMAKE_DIR})
 
+# Gloo's library for pkg-config users (the static distribute library calls it).
+set(TANDEM_PC_GLOO "")
+if(TANDEM_HAVE_GLOO)
+  get_target_property(gloo_location gloo LOCATION)
+  get_filename_component(gloo_dir ${gloo_location} DIRECTORY)
+  set(TANDEM_PC_GLOO "-L${gloo_dir} -lgloo")
+endif()
 configure_file(${PROJECT_SOURCE_DIR}/cmake/tandem.pc.in ${PROJECT_BINARY_DIR}/tandem.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/tandem.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

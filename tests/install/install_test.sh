@@ -2,7 +2,8 @@
 # The installed package, as a program outside the source tree sees it: installs BUILD_DIR into a
 # temporary prefix, checks that internals stayed out and that each public header compiles alone
 # against the prefix, builds the examples (copied out of the tree) against the prefix alone and
-# runs their own ctest, and compiles a program through pkg-config.
+# runs their own ctest, compiles programs through pkg-config (one of them reaching every library),
+# and one linking Tandem::tandem_cli alone.
 #   install_test.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
 src=$(cd "$1" && pwd)
@@ -53,4 +54,28 @@ c++ "$work/version.cpp" -o "$work/version" $flags
 got=$("$work/version")
 want=$(sed -n 's/^Version: //p' "$prefix/lib/pkgconfig/tandem.pc")
 [ "$got" = "$want" ] || { echo "FAIL: tandem::version() says $got, tandem.pc $want"; exit 1; }
+echo "== pkg-config: the verbs, which reach every library (Gloo's too)"
+cat >"$work/cli.cpp" <<'CPP'
+#include <tandem/cli.h>
+int main(int argc, char** argv) { return tandem::trainer_main(argc, argv); }
+CPP
+# shellcheck disable=SC2086
+c++ "$work/cli.cpp" -o "$work/cli" $flags
+"$work/cli" version | grep -q "$want" || { echo "FAIL: the pkg-config build of the verbs"; exit 1; }
+
+echo "== Tandem::tandem_cli alone"
+mkdir -p "$work/cli-only"
+cp "$work/cli.cpp" "$work/cli-only/main.cpp"
+cat >"$work/cli-only/CMakeLists.txt" <<'CMAKE'
+cmake_minimum_required(VERSION 3.25)
+project(cli_only LANGUAGES CXX)
+set(CMAKE_CXX_STANDARD 20)
+find_package(Tandem 0.1 REQUIRED)
+add_executable(cli_only main.cpp)
+target_link_libraries(cli_only PRIVATE Tandem::tandem_cli)
+CMAKE
+cmake -S "$work/cli-only" -B "$work/build-cli-only" -G Ninja -DCMAKE_PREFIX_PATH="$prefix" >"$work/cli-only.log" ||
+  { cat "$work/cli-only.log"; exit 1; }
+cmake --build "$work/build-cli-only" >>"$work/cli-only.log" || { cat "$work/cli-only.log"; exit 1; }
+"$work/build-cli-only/cli_only" version | grep -q "$want" || { echo "FAIL: Tandem::tandem_cli alone"; exit 1; }
 echo "install test: passed (Tandem $got)"
