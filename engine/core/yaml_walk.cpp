@@ -1,5 +1,6 @@
 #include "engine/core/yaml_walk.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -106,11 +107,20 @@ void walk(const YAML::Node& node, const std::string& path, const Keys& keys) {
 }
 
 YAML::Node load(const std::string& text, const std::string& source) {
+  // yaml-cpp stops reading at a NUL byte and reports whatever it then finds; name the byte instead.
+  if (const size_t nul = text.find('\0'); nul != std::string::npos) {
+    const auto line = std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(nul), '\n') + 1;
+    throw_error(ErrorCode::kInvalidArgument,
+                "{} (line {}): a NUL byte at offset {}: a config is text (is this a binary or a damaged file?)",
+                source, line, nul);
+  }
   try {
     return YAML::Load(text);
   } catch (const YAML::Exception& e) {
+    // "bad file" is yaml-cpp's word for nesting deeper than it will parse, or brackets never closed.
+    const std::string why = e.msg == "bad file" ? "nesting too deep, or a bracket never closed" : e.msg;
     throw_error(ErrorCode::kInvalidArgument, "{} (line {}, column {}): invalid YAML: {}", source, e.mark.line + 1,
-                e.mark.column + 1, e.msg);
+                e.mark.column + 1, why);
   }
 }
 

@@ -77,6 +77,23 @@ TEST(TrainerEndToEnd, ConfigErrorsExitOneWithTheKeyAndLine) {
             std::string::npos)
       << log.str();
 
+  // Config files of the wrong shape: each a one-line InvalidArgument, never yaml-cpp's Internal.
+  const std::vector<std::pair<std::string, std::string>> shapes = {
+      {"42\n", "expected a mapping of sections (data:, train:, model:, ...), but the file holds a single value ('42')"},
+      {"[1, 2]\n", "but the file holds a list"},
+      {std::string(5000, '[') + "\n", "invalid YAML: nesting too deep, or a bracket never closed"},
+      {std::string("train:\n  global_batch_size: 8\0junk\n", 34), "(line 2): a NUL byte at offset 29"},
+  };
+  for (const auto& [text, want] : shapes) {
+    std::ofstream(dir / "shape.yaml", std::ios::binary) << text;
+    EXPECT_EQ(testing::run_trainer(fmt::format("--config {} --set train.epochs=2", (dir / "shape.yaml").string()),
+                                   dir / "shape.txt"),
+              1);
+    const std::string got = testing::read_text(dir / "shape.txt");
+    EXPECT_NE(got.find("error [InvalidArgument]"), std::string::npos) << got;
+    EXPECT_NE(got.find(want), std::string::npos) << got;
+  }
+
   // Missing files: the first five named and a count, however many (200,000 once made an 8 MB line).
   std::string files;
   for (int i = 0; i < 20; ++i) files += fmt::format("{}{}/missing-{}.tfrecord", i == 0 ? "" : ", ", dir.string(), i);

@@ -35,8 +35,14 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
   RunConfig config;
   config.path = path;
   YAML::Node root = yaml::load_file(path);
+  // Checked before any --set, which would otherwise index into a scalar or a list.
+  if (root.IsNull() && !overrides.empty()) root = YAML::Node(YAML::NodeType::Map);
+  TANDEM_CHECK(root.IsMap(), ErrorCode::kInvalidArgument,
+               "config {}: expected a mapping of sections (data:, train:, model:, ...), but the file holds {}", path,
+               root.IsScalar() ? "a single value ('" + root.Scalar().substr(0, 40) + "')"
+               : root.IsSequence() ? std::string("a list")
+                                   : std::string("nothing"));
   for (const auto& assignment : overrides) yaml::apply_override(root, assignment);
-  TANDEM_CHECK(root.IsMap(), ErrorCode::kInvalidArgument, "config {}: expected a mapping of sections", path);
   yaml::Keys keys;
   train::add_train_keys(config.train, keys);
   add_prepare_keys(config.train.prepare, keys);  // the sources tools/ can prepare, text ones included
