@@ -119,6 +119,8 @@ class ReplicaLoop {
   // everywhere): a NaN or infinite training loss stops the run (train.on_nan_loss: fail) or is
   // warned about once (warn).
   void check_loss_is_finite(const Tensor& summed_stats);
+  // From a checkpoint's log interval: where it started and its sums (carried by global replica 0).
+  void resume_log_interval(const CheckpointMeta& resume);
   // Micro-batch `index` of train.grad_accumulation_steps: a view of its share of the batch's rows.
   Batch micro_batch(const Batch& batch, int64_t index) const;
   // One replica (no bucketer): parameters no gradient reached get zeros, named once.
@@ -174,6 +176,7 @@ class ReplicaLoop {
   int64_t start_step_ = 0;    // where this run started (the resumed step, or 0)
   int64_t last_checkpoint_step_ = -1;
   int64_t last_eval_step_ = -1;  // the step of the last evaluation (carried by checkpoints)
+  std::vector<double> interval_sums_;  // the log interval's sums at the last checkpoint (all replicas)
   int64_t timed_steps_ = 0;   // steps after warm-up, for throughput
   std::optional<double> last_train_loss_;  // none until a log line measured it
   int64_t last_log_step_ = 0;  // the step of the last log line (the start of the next interval)

@@ -101,6 +101,7 @@ void ReplicaLoop::setup() {
   stats_ = Tensor::zeros({sums}, DType::kF32, device);
   host_stats_ = Tensor::zeros({sums}, DType::kF32);
   one_ = Tensor::from_vector({1.0f}, Shape{}).to(device);
+  if (shared_.resume) resume_log_interval(*shared_.resume);
 }
 
 bool ReplicaLoop::done() const { return stopped_ || (config_.loop.steps > 0 && step_ >= config_.loop.steps); }
@@ -494,6 +495,14 @@ void ReplicaLoop::report_step(int64_t epoch, int64_t step_in_epoch) {
   shared_.for_each_callback([&](Callback& c) { c.on_step_end(r, shared_.control); });
 }
 
+void ReplicaLoop::resume_log_interval(const CheckpointMeta& resume) {
+  if (resume.interval_start < 0 || resume.interval_sums.size() != static_cast<size_t>(stats_.numel())) return;
+  last_log_step_ = resume.interval_start;
+  if (global_rank_ != 0) return;  // the sums are every replica's already: one replica carries them
+  std::vector<float> sums(resume.interval_sums.begin(), resume.interval_sums.end());
+  stats_.copy_from(Tensor::from_vector(sums, stats_.shape()).to(ctx_->device()));
+}
+
 void ReplicaLoop::check_loss_is_finite(const Tensor& summed_stats) {
   const float* s = summed_stats.data<float>();
   const float examples = s[train_metrics_.size()];
@@ -595,14 +604,15 @@ void ReplicaLoop::fill_run_state(CheckpointMeta& meta) const {
 void ReplicaLoop::checkpoint(int64_t epoch, int64_t batches_into_epoch, const Batch* last_trained,
                              std::optional<uint32_t> next_fingerprint) {
   if (last_checkpoint_step_ == step_) return;  // the same state is saved already
-  if (config_.loop.on_nan_loss == "fail") {
-    // No checkpoint holds weights trained on a NaN loss: the steps since the last log line are
-    // checked too (a read of the running sums, left in place for the next log line).
-    Tensor peek = Tensor::empty(host_stats_.shape());
-    peek.copy_from(stats_);
-    host_comm_->all_reduce(peek, distribute::ReduceOp::kSum);
-    check_loss_is_finite(peek);
-  }
+  // The running sums of the log interval under way, read and left in place: no checkpoint holds
+  // weights trained on a NaN loss (on_nan_loss: fail), and a resumed run's first log row averages
+  // the same steps as an uninterrupted run's.
+  Tensor peek = Tensor::empty(host_stats_.shape());
+  peek.copy_from(stats_);
+  host_comm_->all_reduce(peek, distribute::ReduceOp::kSum);
+  if (config_.loop.on_nan_loss == "fail") check_loss_is_finite(peek);
+  interval_sums_.clear();
+  for (float v : peek.to_vector()) interval_sums_.push_back(v);
   last_checkpoint_step_ = step_;
   ReplicaState& mine = shared_.positions[static_cast<size_t>(rank_)];
   // batches: this replica's batches into the epoch (equal on every replica: they step together);
@@ -626,6 +636,10 @@ void ReplicaLoop::checkpoint(int64_t epoch, int64_t batches_into_epoch, const Ba
     meta.epoch = epoch;
     meta.replicas = std::move(positions);
     meta.config = shared_.setup.resolved_config;
+    if (std::all_of(interval_sums_.begin(), interval_sums_.end(), [](double v) { return std::isfinite(v); })) {
+      meta.interval_start = last_log_step_;
+      meta.interval_sums = interval_sums_;
+    }
     fill_run_state(meta);
     finish_progress_line();
     // MetricsWriter flushes here: metrics up to this step are on disk before the checkpoint exists,

@@ -97,6 +97,38 @@ TEST_F(TrainerTest, ResumeMidEpochEndsWithBitwiseTheSameWeights) {
   EXPECT_EQ(resumed.weights, straight.weights);
 }
 
+// The first log row after a resume averages the same steps as the uninterrupted run's (13..16
+// here, the checkpoint at 13 carrying step 13's sums), not only the steps since the resume.
+TEST_F(TrainerTest, TheFirstLogRowAfterAResumeAveragesTheWholeInterval) {
+  TrainConfig c = base_config(dir_);
+  c.deterministic = true;
+  c.loop.epochs = 3;
+  auto source = [&](int r) { return std::make_unique<SliceSource>(data_, r, 1, 8); };
+  auto losses = std::make_shared<std::map<int64_t, double>>();
+  auto record = [losses] {
+    return std::make_shared<OnStepEnd>([losses](const StepReport& r, TrainerControl&) {
+      if (r.has_metrics) (*losses)[r.step] = r.loss;
+    });
+  };
+  train(c, 1, source, {}, nullptr, {record()});
+  const std::map<int64_t, double> straight = *losses;
+  ASSERT_TRUE(straight.contains(16));
+
+  losses->clear();
+  TrainConfig first = c;
+  first.loop.steps = 13;
+  first.checkpoint.every_steps = 13;
+  first.checkpoint.dir = (dir_ / "interval").string();
+  train(first, 1, source);
+  TrainConfig second = c;
+  second.checkpoint.dir = first.checkpoint.dir;
+  second.checkpoint.resume = "auto";
+  train(second, 1, source, {}, nullptr, {record()});
+  ASSERT_TRUE(losses->contains(16));
+  EXPECT_EQ(losses->at(16), straight.at(16));  // bitwise: the same sums in the same order
+  EXPECT_EQ(losses->at(20), straight.at(20));
+}
+
 // checkpoint.resume: PATH loads exactly that directory: into a fresh checkpoint folder, and into one
 // that holds another run's checkpoint of the same step (which used to load instead, silently).
 TEST_F(TrainerTest, ResumeFromAPathLoadsThatCheckpointNotTheRunsOwnOfTheSameStep) {

@@ -105,7 +105,7 @@ nlohmann::json meta_to_json(const CheckpointMeta& meta) {
   for (const auto& [name, value] : meta.metrics) {
     metrics[name] = std::isfinite(value) ? nlohmann::json(value) : nlohmann::json(nullptr);
   }
-  return {{"format", kFormatName},
+  nlohmann::json out = {{"format", kFormatName},
           {"format_version", CheckpointMeta::kFormatVersion},
           {"tandem_version", meta.tandem_version.empty() ? tandem_version() : meta.tandem_version},
           {"saved_at", meta.saved_at.empty() ? utc_now_iso8601() : meta.saved_at},
@@ -119,6 +119,8 @@ nlohmann::json meta_to_json(const CheckpointMeta& meta) {
           {"lr_scale", meta.lr_scale},
           {"callbacks", meta.callbacks},
           {"config", meta.config}};
+  if (meta.interval_start >= 0) out["train_interval"] = {{"start", meta.interval_start}, {"sums", meta.interval_sums}};
+  return out;
 }
 
 CheckpointMeta meta_from_json(const nlohmann::json& j, const std::filesystem::path& source) {
@@ -149,6 +151,16 @@ CheckpointMeta meta_from_json(const nlohmann::json& j, const std::filesystem::pa
   // Written since callbacks exist; older checkpoints have neither.
   if (j.contains("lr_scale")) m.lr_scale = r.number_at(j, "lr_scale", "lr_scale");
   if (j.contains("evaluated_step")) m.evaluated_step = r.int_at(j, "evaluated_step", "evaluated_step");
+  if (j.contains("train_interval")) {  // written since 2026-12-04
+    const auto& interval = r.object_at(j, "train_interval", "train_interval");
+    m.interval_start = r.int_at(interval, "start", "train_interval.start");
+    const auto& sums = r.at(interval, "sums", "train_interval.sums");
+    if (!sums.is_array()) r.fail("train_interval.sums", "is not an array");
+    for (const auto& v : sums) {
+      if (!v.is_number()) r.fail("train_interval.sums", "holds something that is not a number");
+      m.interval_sums.push_back(v.get<double>());
+    }
+  }
   if (j.contains("callbacks")) {
     const auto& callbacks = r.object_at(j, "callbacks", "callbacks");
     for (const auto& [key, value] : callbacks.items()) m.callbacks[key] = r.string_at(callbacks, key, "callbacks." + key);

@@ -32,6 +32,11 @@ struct CheckpointMeta {
   // The step of the evaluation whose eval_* figures `metrics` holds; -1 when none ran (older
   // checkpoints too). A run resumed at its end evaluates when this is not its step.
   int64_t evaluated_step = -1;
+  // The log interval under way at the save: its first step - 1 and the training metrics' sums over
+  // every replica (then the example count), so a resumed run's first log row averages the steps an
+  // uninterrupted run's would. Start -1: none (older checkpoints, or sums that were not finite).
+  int64_t interval_start = -1;
+  std::vector<double> interval_sums;
   double wall_time_s = 0;                 // training wall time so far
   double lr_scale = 1.0;                  // TrainerControl::set_lr_scale's factor (callbacks)
   std::map<std::string, std::string> callbacks;  // Callback::state_key() -> save_state()
