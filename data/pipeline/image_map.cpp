@@ -28,7 +28,8 @@ struct Decoded {
 
 // Picks the crop on the full-size image first, then decodes at the smallest scale that keeps the
 // crop at least the output size, and only the rows and columns the resize reads.
-void decode_jpeg_for(std::string_view bytes, const AugmentOptions& a, Generator& rng, Decoded* out) {
+void decode_jpeg_for(std::string_view bytes, const ImageMapOptions& o, Generator& rng, Decoded* out) {
+  const AugmentOptions& a = o.augment;
   ImageSize full = jpeg_size(bytes);
   CropBox box{0, 0, static_cast<float>(full.width), static_cast<float>(full.height)};
   if (a.random_resized_crop && a.crop_padding == 0 && a.height > 0) {
@@ -47,7 +48,7 @@ void decode_jpeg_for(std::string_view bytes, const AugmentOptions& a, Generator&
   if (a.width > 0 && a.height > 0 && a.crop_padding == 0) {
     want = resize_source_span(size.width, size.height, out->box, a.width, a.height);
   }
-  decode_jpeg_region(bytes, a.channels, scale, want, &out->image, &out->origin);
+  decode_jpeg_region(bytes, a.channels, scale, want, &out->image, &out->origin, o.accept_truncated_jpeg);
 }
 
 void decode_raw(const FeatureView& f, const ImageMapOptions& o, Image* out) {
@@ -69,7 +70,7 @@ void decode(const FeatureView& f, const ImageMapOptions& o, Generator& rng, Deco
                feature_type_name(f.type), f.size());
   ImageFormat format = o.format == ImageFormat::kAuto ? sniff_image_format(f.bytes[0]) : o.format;
   if (format == ImageFormat::kJpeg) {
-    decode_jpeg_for(f.bytes[0], o.augment, rng, out);
+    decode_jpeg_for(f.bytes[0], o, rng, out);
     return;
   }
   if (format == ImageFormat::kPng) {

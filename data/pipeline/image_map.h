@@ -37,6 +37,10 @@ struct ImageMapOptions {
   ImageFormat format = ImageFormat::kAuto;
   std::vector<int64_t> raw_shape;  // (H, W, C) of a raw uint8 or float image feature
   int64_t num_classes = 0;         // > 0: a label outside [0, num_classes) is an error naming the record
+  // A JPEG whose data ends before the rows the decode needs is a DataLoss naming the record, as
+  // TensorFlow's decode_jpeg refuses it by default; true decodes it with its missing rows grey
+  // (TensorFlow's try_recover_truncated).
+  bool accept_truncated_jpeg = false;
   AugmentOptions augment;
   uint64_t seed = 0;
   int replica = 0;

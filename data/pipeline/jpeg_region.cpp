@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include <jpeglib.h>
+#include <jerror.h>  // after jpeglib.h: the message codes (JWRN_JPEG_EOF)
 
 #include <algorithm>
 #include <csetjmp>
@@ -22,6 +23,7 @@ struct ErrorManager {
   jpeg_error_mgr mgr;
   std::jmp_buf jump;
   char message[JMSG_LENGTH_MAX];
+  bool truncated;  // the data ended before the rows asked for (libjpeg's JWRN_JPEG_EOF)
 };
 
 void on_error(j_common_ptr cinfo) {
@@ -30,9 +32,11 @@ void on_error(j_common_ptr cinfo) {
   std::longjmp(e->jump, 1);
 }
 
-// Warnings (a truncated file, say) still give an image, as TurboJPEG's decoder without
-// TJFLAG_STOPONWARNING does; messages are not printed.
-void on_message(j_common_ptr, int) {}
+// Warnings still give an image, as TurboJPEG's decoder without TJFLAG_STOPONWARNING does, and are
+// not printed; a premature end of the data is noted for the caller's policy.
+void on_message(j_common_ptr cinfo, int level) {
+  if (level == -1 && cinfo->err->msg_code == JWRN_JPEG_EOF) reinterpret_cast<ErrorManager*>(cinfo->err)->truncated = true;
+}
 
 struct Decompressor {
   jpeg_decompress_struct cinfo{};
@@ -89,6 +93,7 @@ void read_rows(jpeg_decompress_struct* c, const PixelSpan& span, const RegionJob
 // False (and the message in err) when libjpeg-turbo failed.
 bool run(Decompressor& d, const RegionJob& job) {
   jpeg_decompress_struct* c = &d.cinfo;
+  d.err.truncated = false;
   if (setjmp(d.err.jump) != 0) {
     jpeg_abort_decompress(c);
     return false;
@@ -119,7 +124,7 @@ bool run(Decompressor& d, const RegionJob& job) {
 }  // namespace
 
 void decode_jpeg_region(std::string_view bytes, int channels, JpegScale scale, const PixelSpan& want, Image* out,
-                        ImageOrigin* origin) {
+                        ImageOrigin* origin, bool accept_truncated) {
   TANDEM_CHECK(channels == 1 || channels == 3, ErrorCode::kInvalidArgument,
                "decode_jpeg_region: channels {} (1 or 3)", channels);
   thread_local Decompressor decompressor;
@@ -130,6 +135,10 @@ void decode_jpeg_region(std::string_view bytes, int channels, JpegScale scale, c
   if (!run(decompressor, job)) {
     throw_error(ErrorCode::kDataLoss, "JPEG decode ({} bytes): {}", bytes.size(), decompressor.err.message);
   }
+  TANDEM_CHECK(!decompressor.err.truncated || accept_truncated, ErrorCode::kDataLoss,
+               "JPEG data ({} bytes) ends before the image does: a truncated file. TensorFlow's decode_jpeg refuses "
+               "it too; data.image.accept_truncated_jpeg: true decodes it with the missing rows grey",
+               bytes.size());
 }
 
 }  // namespace tandem::data

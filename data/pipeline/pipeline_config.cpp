@@ -77,6 +77,7 @@ yaml::Keys image_keys(ImageMapOptions& im) {
       {"key", [&](auto& n, auto& p) { im.image_key = scalar<std::string>(n, p, "a feature name"); }},
       {"label_key", [&](auto& n, auto& p) { im.label_key = scalar<std::string>(n, p, "a feature name"); }},
       {"format", [&](auto& n, auto& p) { im.format = with_path(n, p, parse_image_format); }},
+      {"accept_truncated_jpeg", [&](auto& n, auto& p) { im.accept_truncated_jpeg = as_bool(n, p); }},
       {"raw_shape", [&](auto& n, auto& p) {
          auto v = floats(n, p, 3);
          im.raw_shape = {static_cast<int64_t>(v[0]), static_cast<int64_t>(v[1]), static_cast<int64_t>(v[2])};

@@ -240,5 +240,32 @@ TEST(PipelineImage, AugmentationFollowsTheFilesNameNotThePathItIsReachedBy) {
   EXPECT_NE(draws("/data/fashion/train-00000-of-00002.tfrecord", 6), first);  // another record
 }
 
+TEST(PipelineImage, ATruncatedJpegIsRefusedUnlessAccepted) {
+  std::string jpeg = encode_jpeg(testing::synthetic_image(64, 64, 3, 3), 90);
+  Element in;
+  in.text = testing::image_example(jpeg.substr(0, jpeg.size() / 2), 1);  // the lower rows are gone
+  in.file = "cut.tfrecord";
+  in.record = 4;
+  ImageMapOptions options;
+  options.augment.height = 0;  // the whole image: every row is needed
+  options.augment.width = 0;
+  options.augment.random_resized_crop = false;
+  options.augment.horizontal_flip = false;
+  try {
+    make_image_map(options)(in);
+    FAIL() << "a truncated JPEG trained silently";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kDataLoss);
+    EXPECT_NE(std::string(e.what()).find("cut.tfrecord record 4"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("ends before the image does: a truncated file"), std::string::npos)
+        << e.what();
+  }
+  options.accept_truncated_jpeg = true;  // TensorFlow's try_recover_truncated
+  EXPECT_EQ(make_image_map(options)(in).tensors[0].shape(), (Shape{64, 64, 3}));
+  in.text = testing::image_example(jpeg, 1);  // whole: no complaint under either policy
+  options.accept_truncated_jpeg = false;
+  EXPECT_EQ(make_image_map(options)(in).tensors[0].shape(), (Shape{64, 64, 3}));
+}
+
 }  // namespace
 }  // namespace tandem::data
