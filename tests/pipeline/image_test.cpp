@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "include/tandem/data.h"  // the public header, as a program outside the tree includes it
 #include "data/example.h"
 #include "data/pipeline/image_augment.h"
 #include "data/pipeline/image_decode.h"
@@ -265,6 +266,31 @@ TEST(PipelineImage, ATruncatedJpegIsRefusedUnlessAccepted) {
   in.text = testing::image_example(jpeg, 1);  // whole: no complaint under either policy
   options.accept_truncated_jpeg = false;
   EXPECT_EQ(make_image_map(options)(in).tensors[0].shape(), (Shape{64, 64, 3}));
+}
+
+// EMBEDDING.md's example of reading JPEG records with the public header alone, as written there.
+TEST(PipelineImage, ThePublicImageMapReadsJpegRecordsAsTheDocsShow) {
+  testing::ScratchDir dir;
+  std::vector<std::string> records;
+  for (int i = 0; i < 6; ++i) {
+    records.push_back(testing::image_example(encode_jpeg(testing::synthetic_image(48, 40, 3, i), 90), i % 3));
+  }
+  testing::write_tfrecord(dir.path("train-0.tfrecord"), records);
+  ImageMapOptions image;
+  image.augment.height = image.augment.width = 32;
+  image.augment.normalize = true;
+  image.augment.layout = ImageLayout::kNCHW;
+  Dataset ds = Dataset::list_files(dir.path("train-*.tfrecord"), /*shuffle=*/true, /*seed=*/1)
+                   .interleave([](const Element& f) { return Dataset::tfrecord(f.text); }, 4)
+                   .shuffle(10000, 1)
+                   .map(make_image_map(image), /*num_parallel_calls=*/4)
+                   .batch(4);
+  DatasetIterator it = ds.make_iterator(0);
+  Element batch;
+  ASSERT_TRUE(it.next(&batch));
+  EXPECT_EQ(batch.tensors.at(0).shape(), (Shape{4, 3, 32, 32}));
+  EXPECT_EQ(batch.tensors.at(0).dtype(), DType::kF32);
+  EXPECT_EQ(batch.tensors.at(1).shape(), (Shape{4}));
 }
 
 }  // namespace
