@@ -121,5 +121,30 @@ TEST(DoctorDiagnosis, JsonSurvivesBadUtf8) {
   EXPECT_NE(render_json(r).find("\"name\":\"GPU \xef\xbf\xbd\""), std::string::npos) << render_json(r);
 }
 
+TEST(DoctorCpu, NamesTheExtensionsAndWhichPrecisionsAreFast) {
+  const std::string epyc =
+      "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 9R14 96-Core Processor\n"
+      "flags\t\t: fpu sse2 avx avx2 avx512f avx512bw avx512_bf16 avx512_vnni\n\nprocessor\t: 1\n";
+  CpuReport cpu = parse_cpuinfo(epyc, 2);
+  EXPECT_EQ(cpu.model, "AMD EPYC 9R14 96-Core Processor");
+  EXPECT_TRUE(cpu.avx2 && cpu.avx512f && cpu.avx512_bf16);
+  EXPECT_FALSE(cpu.amx_bf16);
+  EXPECT_EQ(cpu.extensions(), "avx2, avx512f, avx512_bf16");
+  EXPECT_EQ(cpu.fast_precisions(), "fp32; bf16 (avx512_bf16)");
+
+  cpu = parse_cpuinfo("model name\t: Intel(R) Xeon(R) CPU E5-2680 v4\nflags\t\t: sse4_2 avx avx2 fma\n", 4);
+  EXPECT_FALSE(cpu.fast_bf16());
+  EXPECT_EQ(cpu.fast_precisions(), "fp32 (bf16 would run 3-4x slower than fp32: no avx512_bf16 or amx_bf16)");
+  EXPECT_EQ(parse_cpuinfo("", 1).model, "unknown");
+
+  DoctorReport report;
+  report.cpu = parse_cpuinfo(epyc, 2);
+  EXPECT_NE(render_text(report).find("CPU: AMD EPYC 9R14 96-Core Processor (2 cores): avx2, avx512f, avx512_bf16; "
+                                     "fast precisions: fp32; bf16 (avx512_bf16)"),
+            std::string::npos)
+      << render_text(report);
+  EXPECT_EQ(json_document(report)["cpu"]["fast_bf16"], true);
+}
+
 }  // namespace
 }  // namespace tandem::backend

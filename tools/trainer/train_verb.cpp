@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "data/tensorboard_sink.h"
+#include "engine/backend/doctor/cpu_probe.h"
 #include "engine/core/context.h"
 #include "engine/distribute/bootstrap/client.h"
 #include "engine/distribute/process_link.h"
@@ -93,6 +94,17 @@ void ensure_data_once(const RunConfig& config, distribute::ProcessLink* link) {
   if (link->rank() != 0) ensure_data(config);
 }
 
+// The precision in effect and, on the CPU, the instructions that decide its speed.
+void log_precision(const std::string& precision, const distribute::ReplicaPlan& plan) {
+  if (!plan.devices.front().is_cpu()) {
+    spdlog::info("precision {} on {}", precision, plan.devices.front().str());
+    return;
+  }
+  const backend::CpuReport cpu = backend::probe_cpu();
+  spdlog::info("precision {} on the CPU: {} ({}); fast here: {}", precision, cpu.model, cpu.extensions(),
+               cpu.fast_precisions());
+}
+
 // Processes of one run on one host, none pinned to its own cores (taskset, a launcher's binding):
 // each would give its replicas every core, so their threads together would oversubscribe the host
 // many times over. The cores are shared out instead (threads_per_replica, when given, stands).
@@ -118,7 +130,10 @@ int run_training(const TrainArgs& args) {
       distribute::resolve_process_group(train::process_group_request(config.train), distribute::process_environment());
   const bool lead = processes.rank == 0;  // process 0 logs, writes and checkpoints the run
   distribute::ReplicaPlan plan = plan_for(config.train, processes);
-  if (lead) spdlog::info("{} (a single run: neither weak nor strong scaling)", plan.describe());
+  if (lead) {
+    spdlog::info("{} (a single run: neither weak nor strong scaling)", plan.describe());
+    log_precision(config.train.precision, plan);
+  }
   if (!plan.fallback_warning.empty()) spdlog::warn("{}", plan.fallback_warning);
   if (!plan.oversubscribed_warning.empty()) spdlog::warn("{}", plan.oversubscribed_warning);
   if (config.train.deterministic && processes.multi_process() && config.train.device.threads_per_replica == 0 &&

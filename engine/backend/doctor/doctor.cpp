@@ -86,6 +86,7 @@ DoctorReport run_doctor(const DoctorOptions& options) {
   report.nccl = doctor_detail::probe_nccl(policy);
   doctor_detail::probe_driver(policy, report);
   report.nvml = doctor_detail::probe_nvml(policy);
+  report.cpu = probe_cpu();
   // Not with chosen folders: the plugin would bind to the libraries just loaded from them.
   if (options.probe_plugin && policy.exclusive_dirs.empty()) {
     const CudaPluginStatus& plugin = load_cuda_plugin();

@@ -11,6 +11,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "engine/backend/doctor/cpu_probe.h"
+
 namespace tandem::backend {
 
 // One probed library: libcuda.so.1, libcudart.so.13, libcudnn.so.9, libcublas.so.13 or libnccl.so.2.
@@ -96,6 +98,7 @@ struct DoctorReport {
   bool visible_devices_hide_all = false;
   std::vector<GpuReport> gpus;
   NvmlReport nvml;
+  CpuReport cpu;                              // the CPU backend's processor and fast precisions
   std::string built_architectures;            // CMAKE_CUDA_ARCHITECTURES, "75 80 86 90"
   std::string plugin;                         // load_cuda_plugin's summary when probed
   bool plugin_loaded = false;
@@ -129,3 +132,4 @@ nlohmann::ordered_json json_document(const DoctorReport& report);
 std::string render_json(const DoctorReport& report);
 
 }  // namespace tandem::backend
+

@@ -144,6 +144,8 @@ std::string render_text(const DoctorReport& r) {
                        static_cast<double>(g.total_memory) / (1 << 30), g.cc_major, g.cc_minor, g.kernels);
   }
   out += text_nvml(r.nvml);
+  out += fmt::format("CPU: {} ({} core{}): {}; fast precisions: {}\n", r.cpu.model, r.cpu.cores,
+                     r.cpu.cores == 1 ? "" : "s", r.cpu.extensions(), r.cpu.fast_precisions());
   if (!r.plugin.empty()) out += "plugin: " + r.plugin + "\n";
   if (!r.causes.empty()) out += "causes:\n";
   for (const Cause& c : r.causes) {
@@ -160,6 +162,14 @@ nlohmann::ordered_json json_document(const DoctorReport& r) {
               {"nccl", library_json(r.nccl)},
               {"gpus", gpus_json(r.gpus)},
               {"nvml", nvml_json(r.nvml)},
+              {"cpu",
+               {{"model", r.cpu.model},
+                {"cores", r.cpu.cores},
+                {"avx2", r.cpu.avx2},
+                {"avx512f", r.cpu.avx512f},
+                {"avx512_bf16", r.cpu.avx512_bf16},
+                {"amx_bf16", r.cpu.amx_bf16},
+                {"fast_bf16", r.cpu.fast_bf16()}}},
               {"cuda_visible_devices", r.cuda_visible_devices ? Json(*r.cuda_visible_devices) : Json(nullptr)},
               {"visible_devices_hide_all", r.visible_devices_hide_all},
               {"driver_init_error", text_or_null(r.init_error)},
