@@ -154,10 +154,13 @@ namespace {
 // Whether this process reports this damaged record (file, offset, fault) to `where` (the log, or a
 // quarantine file) for the first time. Under record sharding every replica reads every file and so
 // meets the same bad record, and every epoch meets it again: each place gets it once.
-bool first_report(const std::string& where, const std::string& path, uint64_t offset, const std::string& fault) {
+// forget: take the report back (a quarantine write that failed), so the next reader tries again.
+bool first_report(const std::string& where, const std::string& path, uint64_t offset, const std::string& fault,
+                  bool forget = false) {
   static std::mutex mutex;
   static std::set<std::tuple<std::string, std::string, uint64_t, std::string>> seen;
   std::lock_guard lock(mutex);
+  if (forget) return seen.erase({where, path, offset, fault}) > 0;
   return seen.emplace(where, path, offset, fault).second;
 }
 
@@ -221,6 +224,9 @@ void TFRecordReader::quarantine(const std::string& message, uint64_t start) {
   ok = ok && std::fputc('\n', quarantine_) != EOF;
   ok = ok && std::fflush(quarantine_) == 0;
   // A record skipped without its copy kept would be lost without a word: stop instead.
+  const int write_errno = errno;
+  if (!ok) first_report(side, path_, start, message, /*forget=*/true);
+  errno = write_errno;
   TANDEM_CHECK(ok, errno == ENOSPC || errno == EDQUOT ? ErrorCode::kResourceExhausted : ErrorCode::kDataLoss,
                "cannot write the quarantined record (offset {} of {}) to {}: {}; the record is not kept, so reading "
                "stops: free space there, set a quarantine path elsewhere, or use on_corrupt: skip to drop such "

@@ -61,6 +61,11 @@ IdxFile read_idx(const std::string& path, uint32_t want_ndim) {
   const uint64_t want = header + count;
   while (idx.bytes.size() <= want && read_some(f.get(), path, want + 1 - idx.bytes.size(), &idx.bytes)) {
   }
+  int err = Z_OK;
+  const char* why = gzerror(f.get(), &err);
+  // A .gz cut short reads as an early end; zlib says so (Z_BUF_ERROR).
+  TANDEM_CHECK(err == Z_OK, ErrorCode::kDataLoss, "reading {} failed: {} (a truncated .gz?)", path,
+               why != nullptr ? why : "");
   TANDEM_CHECK(idx.bytes.size() == want, ErrorCode::kDataLoss, "{}: the header says {} bytes of data, the file has {}",
                path, count, idx.bytes.size() > want ? "more" : std::to_string(idx.bytes.size() - header));
   return idx;

@@ -60,7 +60,7 @@ int64_t count_uncompressed(const std::string& path, uint64_t size, bool strict) 
 
 }  // namespace
 
-int64_t count_records(const std::string& path, bool strict) {
+int64_t count_records(const std::string& path, bool strict, uint64_t max_record_bytes) {
   struct stat st {};
   TANDEM_CHECK(::stat(path.c_str(), &st) == 0, ErrorCode::kNotFound, "stat {}: {}", path, std::strerror(errno));
   if (detect_file_compression(path) == Compression::kNone) {
@@ -69,6 +69,7 @@ int64_t count_records(const std::string& path, bool strict) {
   TFRecordReaderOptions options;
   options.verify_crc = false;
   options.on_corrupt = strict ? OnCorrupt::kFail : OnCorrupt::kSkip;
+  options.max_record_bytes = max_record_bytes;
   TFRecordReader reader(path, options);
   std::string_view record;
   int64_t records = 0;
@@ -76,12 +77,13 @@ int64_t count_records(const std::string& path, bool strict) {
   return records;
 }
 
-std::vector<ShardFile> describe_files(const std::vector<std::string>& paths, bool count, bool strict) {
+std::vector<ShardFile> describe_files(const std::vector<std::string>& paths, bool count, bool strict,
+                                      uint64_t max_record_bytes) {
   std::vector<ShardFile> files;
   for (const std::string& path : paths) {
     struct stat st {};
     TANDEM_CHECK(::stat(path.c_str(), &st) == 0, ErrorCode::kNotFound, "stat {}: {}", path, std::strerror(errno));
-    files.push_back({path, static_cast<uint64_t>(st.st_size), count ? count_records(path, strict) : -1});
+    files.push_back({path, static_cast<uint64_t>(st.st_size), count ? count_records(path, strict, max_record_bytes) : -1});
   }
   return files;
 }

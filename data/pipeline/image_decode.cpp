@@ -80,6 +80,30 @@ ImageFormat sniff_image_format(std::string_view bytes) {
   return ImageFormat::kRaw;
 }
 
+bool jpeg_data_complete(std::string_view bytes) {
+  auto byte = [&](size_t i) { return static_cast<uint8_t>(bytes[i]); };
+  size_t i = 2;  // after SOI
+  // Marker segments up to the first SOS (FF DA), each FF xx then a 2-byte big-endian length.
+  while (i + 4 <= bytes.size()) {
+    if (byte(i) != 0xFF) return false;
+    const uint8_t marker = byte(i + 1);
+    if (marker == 0xFF) {  // fill bytes before a marker
+      ++i;
+      continue;
+    }
+    const size_t length = static_cast<size_t>(byte(i + 2)) << 8 | byte(i + 3);
+    if (marker == 0xDA) {
+      const size_t scan = i + 2 + length;
+      for (size_t k = scan; k + 1 < bytes.size(); ++k) {
+        if (byte(k) == 0xFF && byte(k + 1) == 0xD9) return true;
+      }
+      return false;
+    }
+    i += 2 + length;
+  }
+  return false;
+}
+
 ImageSize jpeg_size(std::string_view bytes) {
   int w = 0, h = 0, subsamp = 0, colorspace = 0;
   int rc = tjDecompressHeader3(thread_decoder(), reinterpret_cast<const unsigned char*>(bytes.data()),

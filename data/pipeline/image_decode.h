@@ -52,6 +52,12 @@ struct JpegScale {
 // anything is allocated, so a few hundred bytes claiming 65500 x 65500 are an error, not gigabytes.
 inline constexpr int64_t kMaxImagePixels = int64_t{1} << 28;
 
+// Whether a JPEG's data reaches its end: an EOI marker (FF D9) after the first scan's start. Inside
+// entropy-coded data every FF byte is stuffed (FF 00), so an EOI there is the end; the segments
+// before the scan (an EXIF thumbnail with its own EOI) are skipped by their lengths. A truncated
+// file fails whatever region a crop would decode.
+bool jpeg_data_complete(std::string_view bytes);
+
 // The JPEG's size from its header, without decoding; DataLoss above kMaxImagePixels.
 ImageSize jpeg_size(std::string_view bytes);
 // The smallest of the scales 1/1, 1/2, 1/4, 1/8 that keeps the image at least need_w x need_h

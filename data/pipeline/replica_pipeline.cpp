@@ -130,7 +130,8 @@ ReplicaPipelines build_replica_pipelines(const PipelineConfig& config, int num_r
                first_replica + local_replicas - 1, num_replicas);
   std::vector<std::string> files = resolve_files(config.files);
   ReplicaPipelines out;
-  out.plan = plan_shards(describe_files(files, config.count_records, config.on_corrupt == OnCorrupt::kFail),
+  out.plan = plan_shards(describe_files(files, config.count_records, config.on_corrupt == OnCorrupt::kFail,
+                                        static_cast<uint64_t>(config.max_record_mb) << 20),
                          num_replicas, config.shard_policy);
   if (log_plan) {
     for (const std::string& line : out.plan.describe()) spdlog::info("{}", line);

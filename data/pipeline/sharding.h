@@ -47,10 +47,11 @@ struct ShardPlan {
 ShardPlan plan_shards(const std::vector<ShardFile>& files, int num_replicas, ShardPolicy policy);
 
 // Sizes (and, when count_records, record counts) of files, for plan_shards.
-std::vector<ShardFile> describe_files(const std::vector<std::string>& paths, bool count_records, bool strict = false);
+std::vector<ShardFile> describe_files(const std::vector<std::string>& paths, bool count_records, bool strict = false,
+                                      uint64_t max_record_bytes = uint64_t{256} << 20);
 // Records in a TFRecord file: hops over headers when uncompressed, else reads through it. strict
 // (on_corrupt: fail): damaged framing is a DataLoss naming the file and offset; otherwise the
-// records before it are counted.
-int64_t count_records(const std::string& path, bool strict = false);
+// records before it are counted. max_record_bytes: data.max_record_mb, for compressed files.
+int64_t count_records(const std::string& path, bool strict = false, uint64_t max_record_bytes = uint64_t{256} << 20);
 
 }  // namespace tandem::data

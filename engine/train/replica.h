@@ -177,6 +177,7 @@ class ReplicaLoop {
   int64_t last_checkpoint_step_ = -1;
   int64_t last_eval_step_ = -1;  // the step of the last evaluation (carried by checkpoints)
   std::vector<double> interval_sums_;  // the log interval's sums at the last checkpoint (all replicas)
+  double carried_examples_ = 0;        // examples of the first log interval a resumed run did not time
   int64_t timed_steps_ = 0;   // steps after warm-up, for throughput
   std::optional<double> last_train_loss_;  // none until a log line measured it
   int64_t last_log_step_ = 0;  // the step of the last log line (the start of the next interval)

@@ -178,6 +178,12 @@ void ReplicaLoop::run_epochs() {
   if (shared_.resume && step_ == start_step_ && !stopped_ && last_eval_step_ != step_ && ends_with_eval &&
       !shared_.setup.eval_sources.empty()) {
     if (lead()) spdlog::info("resumed at the end of training (step {}): evaluating it, as the interrupted run had left to do", step_);
+    // The run's own checkpoint of this step then records the evaluation (as a save before an
+    // evaluation does), so the next resume does not evaluate again; another run's is left alone.
+    std::error_code ec;
+    if (std::filesystem::equivalent(shared_.resume_path, shared_.checkpoints->path_for_step(step_), ec)) {
+      last_checkpoint_step_ = step_;
+    }
     evaluate(step_);
   }
   if (rank_ == 0) {
@@ -205,7 +211,7 @@ void ReplicaLoop::run_epochs() {
     s.device = plan_.devices.front().str();
     s.stop_signal = stop_signal_;
     if (stopped_ && stop_signal_ == 0) s.stop_reason = shared_.control.stop_reason();
-    s.resumed_at_end = shared_.resume.has_value() && step_ == start_step_;
+    s.resumed_at_end = shared_.resume.has_value() && step_ == start_step_ && !stopped_;
   }
 }
 
@@ -483,7 +489,8 @@ void ReplicaLoop::report_step(int64_t epoch, int64_t step_in_epoch) {
     r.scalars.values.clear();
     last_train_loss_ = s[0] / examples;
     r.loss = *last_train_loss_;
-    r.images_per_sec = interval_total_ > 0 ? examples / interval_total_ : 0.0;
+    // Examples carried from the checkpoint were timed by the run that saved it, not by this one.
+    r.images_per_sec = interval_total_ > 0 ? (examples - carried_examples_) / interval_total_ : 0.0;
     r.input_wait_fraction = interval_total_ > 0 ? interval_input_ / interval_total_ : 0.0;
     r.devices = report_gpus(r.input_wait_fraction);
     for (size_t i = 0; i < metrics; ++i) r.scalars.add("train/" + train_metrics_[i], s[i] / examples);
@@ -491,6 +498,7 @@ void ReplicaLoop::report_step(int64_t epoch, int64_t step_in_epoch) {
     r.scalars.add("train/images_per_sec", r.images_per_sec);
     r.scalars.add("train/input_wait_fraction", r.input_wait_fraction);
     interval_input_ = interval_total_ = 0;
+    carried_examples_ = 0;
   }
   shared_.for_each_callback([&](Callback& c) { c.on_step_end(r, shared_.control); });
 }
@@ -498,6 +506,7 @@ void ReplicaLoop::report_step(int64_t epoch, int64_t step_in_epoch) {
 void ReplicaLoop::resume_log_interval(const CheckpointMeta& resume) {
   if (resume.interval_start < 0 || resume.interval_sums.size() != static_cast<size_t>(stats_.numel())) return;
   last_log_step_ = resume.interval_start;
+  carried_examples_ = resume.interval_sums.back();
   if (global_rank_ != 0) return;  // the sums are every replica's already: one replica carries them
   std::vector<float> sums(resume.interval_sums.begin(), resume.interval_sums.end());
   stats_.copy_from(Tensor::from_vector(sums, stats_.shape()).to(ctx_->device()));

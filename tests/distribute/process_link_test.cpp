@@ -321,7 +321,7 @@ TEST(Rendezvous, AMissingProcessIsNamedByProcessZero) {
   });
   EXPECT_NE(errors[0].find("DeadlineExceeded: process 0 waited 1.5 s at the rendezvous"), std::string::npos)
       << errors[0];
-  EXPECT_NE(errors[0].find("for the run's 3 processes, and process(es) 2 never joined"), std::string::npos)
+  EXPECT_NE(errors[0].find("for the run's 3 processes, and process(es) 2 are not there (never joined, or left)"), std::string::npos)
       << errors[0];
   EXPECT_NE(errors[1].find("not all joined (process 0's error names the missing ranks)"), std::string::npos)
       << errors[1];

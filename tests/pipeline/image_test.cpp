@@ -261,6 +261,14 @@ TEST(PipelineImage, ATruncatedJpegIsRefusedUnlessAccepted) {
     EXPECT_NE(std::string(e.what()).find("ends before the image does: a truncated file"), std::string::npos)
         << e.what();
   }
+  ImageMapOptions cropped = options;  // a small crop of the top rows alone: still the file's damage
+  cropped.augment.height = cropped.augment.width = 8;
+  cropped.augment.random_resized_crop = true;
+  for (int64_t epoch = 0; epoch < 8; ++epoch) {
+    in.epoch = epoch;
+    EXPECT_THROW(make_image_map(cropped)(in), Error) << "epoch " << epoch;
+  }
+  in.epoch = 0;
   options.accept_truncated_jpeg = true;  // TensorFlow's try_recover_truncated
   EXPECT_EQ(make_image_map(options)(in).tensors[0].shape(), (Shape{64, 64, 3}));
   in.text = testing::image_example(jpeg, 1);  // whole: no complaint under either policy

@@ -122,7 +122,7 @@ TEST(TrainerEndToEnd, AnEvaluationSetOfNoRecordsIsAnErrorBeforeTraining) {
                                  dir / "log.txt"),
             1);
   const std::string log = testing::read_text(dir / "log.txt");
-  EXPECT_NE(log.find("eval_data: its files hold 0 records"), std::string::npos) << log;
+  EXPECT_NE(log.find("the evaluation data holds 0 records"), std::string::npos) << log;
   EXPECT_FALSE(fs::exists(dir / "run" / "checkpoints" / "step-00000002")) << "it trained first";
 
   // Not counted: the first evaluation finds no examples and stops the run, its checkpoint saved.
@@ -188,6 +188,10 @@ TEST(TrainerEndToEnd, AResumeWithNothingLeftKeepsTheSummaryAndRunsAMissedEvaluat
       << testing::read_text(dir / "late.txt");
   const nlohmann::json late = nlohmann::json::parse(std::ifstream(summary_path));
   EXPECT_EQ(late["final_metrics"], first["final_metrics"]) << late.dump();  // the same weights, the same figures
+  // That evaluation is written into the checkpoint: the next requeue has nothing left to do.
+  ASSERT_EQ(testing::run_trainer(args + " --set checkpoint.resume=auto", dir / "done.txt"), 0);
+  EXPECT_EQ(testing::read_text(dir / "done.txt").find("evaluating it"), std::string::npos)
+      << testing::read_text(dir / "done.txt");
   fs::remove_all(dir);
 }
 

@@ -55,6 +55,7 @@ void convert_split(const std::string& folder, const std::string& idx_prefix, con
   options.prefix = prefix;
   options.seed = seed;
   options.min_shards = 2;  // at least one shard per core of our 2-core machines
+  options.overwrite = true;  // the folder is prepare's: a split left half-made by a kill is made again
   auto start = std::chrono::steady_clock::now();
   data::ConvertSummary summary = data::convert(*source, options);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -142,6 +142,7 @@ void prepare_text(const RunConfig& config, const TextPackage& package, bool file
   options.shuffle_seed = config.train.seed;
   options.convert.output_dir = prepare.output_dir;
   options.convert.min_shards = 2;  // at least one shard per core of our 2-core machines
+  options.convert.overwrite = true;  // the folder is prepare's: a split left half-made by a kill is made again
   const data::TextConvertSummary s = data::convert_text(options);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   spdlog::info("prepare: {} bytes of text into windows of {} tokens: {} for training ({}/train-*.tfrecord), {} for "

@@ -106,7 +106,8 @@ void write_run_summary(const std::filesystem::path& path, const train::RunSummar
     // Nothing was trained: the finished run's figures stay; only its metrics may gain an evaluation.
     try {
       nlohmann::json kept = nlohmann::json::parse(std::ifstream(path));
-      if (kept.is_object()) {
+      // Only the summary of this very end: a stopped run's summary (steps short, a signal) is replaced.
+      if (kept.is_object() && kept.value("steps", int64_t{-1}) == summary.steps && kept.value("stop_signal", -1) == 0) {
         for (const auto& [name, value] : doc["final_metrics"].items()) kept["final_metrics"][name] = value;
         doc = std::move(kept);
       }

@@ -61,9 +61,9 @@ std::vector<std::unique_ptr<BatchSource>> make_sources(data::PipelineConfig conf
   }
   // Counted and empty: a run that would never evaluate says so before it trains.
   TANDEM_CHECK(!for_eval || total != 0, ErrorCode::kFailedPrecondition,
-               "eval_data: its files hold 0 records, so the run would train without ever evaluating: point "
-               "eval_data.files at the evaluation records, or remove the eval_data section to train without "
-               "evaluation");
+               "the evaluation data holds 0 records, so nothing would ever be evaluated: point eval_data.files "
+               "(for `trainer eval` without eval_data, data.files) at the evaluation records, or remove the "
+               "eval_data section to train without evaluation");
   if (steps_per_epoch == nullptr || fewest < 0 || fewest == INT64_MAX) return sources;
   // Counted: say now, not after an epoch of nothing, when no epoch can give a step.
   TANDEM_CHECK(!config.drop_remainder || fewest >= plan.per_replica_batch_size, ErrorCode::kFailedPrecondition,

@@ -136,13 +136,6 @@ int run_training(const TrainArgs& args) {
   }
   if (!plan.fallback_warning.empty()) spdlog::warn("{}", plan.fallback_warning);
   if (!plan.oversubscribed_warning.empty()) spdlog::warn("{}", plan.oversubscribed_warning);
-  if (config.train.deterministic && processes.multi_process() && config.train.device.threads_per_replica == 0 &&
-      plan.devices.front().is_cpu()) {
-    // oneDNN's sums follow the thread count: the same bits need the same count, whatever the layout.
-    spdlog::warn("deterministic: {} thread(s) per replica here, from this process's cores; a run laid out in other "
-                 "processes gives other bits unless threads_per_replica pins the count (docs/DISTRIBUTE.md)",
-                 plan.threads_per_replica);
-  }
   const std::string requested = args.run_dir.empty() ? config.train.output.run_dir : args.run_dir;
   // The other processes write nothing there; they read checkpoints from it when resuming.
   std::filesystem::path run_dir = lead ? make_run_dir(config.path, requested) : std::filesystem::path(requested);
@@ -160,6 +153,13 @@ int run_training(const TrainArgs& args) {
     link = train::join_processes(processes, config.shared_digest, plan.local_replicas(),
                                  train::watchdog_timeout(config.train), requested);
     share_host_cores(plan, *link, config.train);
+    if (lead && config.train.deterministic && config.train.device.threads_per_replica == 0 &&
+        plan.devices.front().is_cpu()) {
+      // oneDNN's sums follow the thread count: the same bits need the same count, whatever the layout.
+      spdlog::warn("deterministic: {} thread(s) per replica here, from this host's cores; a run laid out in other "
+                   "processes gives other bits unless threads_per_replica pins the count (docs/DISTRIBUTE.md)",
+                   plan.threads_per_replica);
+    }
   }
   ensure_data_once(config, link.get());
   train::TrainerSetup setup = make_trainer_setup(config, plan, run_dir);

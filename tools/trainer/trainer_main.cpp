@@ -66,8 +66,11 @@ int tandem::trainer_main(int argc, char** argv) {
     // system would not start: the system's reason, not a bug.
     const int err = e.code().value();
     const bool exhausted = err == EFBIG || err == ENOSPC || err == EDQUOT || err == EAGAIN;
+    // A filesystem_error names its own paths; only fmt's failed writes are stdout's.
+    const bool output = dynamic_cast<const std::filesystem::filesystem_error*>(&e) == nullptr &&
+                        (err == EFBIG || err == ENOSPC || err == EDQUOT);
     std::fprintf(stderr, "error [%s]: %s%s\n", exhausted ? "ResourceExhausted" : "Internal", e.what(),
-                 err == EFBIG || err == ENOSPC || err == EDQUOT ? describe_stdout().c_str() : "");
+                 output ? describe_stdout().c_str() : "");
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error [Internal]: %s\n", e.what());

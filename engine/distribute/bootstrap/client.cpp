@@ -28,8 +28,9 @@ Client::Client(const JoinOptions& o) : rank_(o.rank), timeout_(o.timeout) {
                             "every process of the run (ranks 0 to {}) with this rendezvous address, or raise "
                             "distribute.watchdog_timeout_s",
                             o.rank, o.timeout.count() / 1000.0, o.address, o.port, o.size,
-                            server_ ? "process(es) " + missing + " never joined"
-                                    : std::string("not all joined (process 0's error names the missing ranks)"),
+                            !server_ ? std::string("not all joined (process 0's error names the missing ranks)")
+                            : missing.empty() ? std::string("all joined, but the answer did not arrive in time")
+                                              : "process(es) " + missing + " are not there (never joined, or left)",
                             o.size - 1));
   }
   TANDEM_CHECK(answered, ErrorCode::kUnavailable,

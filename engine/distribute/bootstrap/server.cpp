@@ -87,24 +87,24 @@ void Server::loop() {
 
 bool Server::serve(Conn& conn) {
   try {
-    bool open = true;
     char buf[4096];
-    for (;;) {
+    std::string payload;
+    // Frames are taken as they complete (a length no frame has is refused at its first 4 bytes, so
+    // the inbox stays small), and a busy peer gets a bounded turn before poll() serves the others.
+    for (int turn = 0; turn < 64; ++turn) {
       const ssize_t r = ::recv(conn.socket.fd(), buf, sizeof buf, MSG_DONTWAIT);
       if (r > 0) {
         conn.inbox.append(buf, static_cast<size_t>(r));
+        while (take_frame(conn.inbox, &payload)) {
+          if (!handle(conn, payload)) return false;
+        }
         continue;
       }
       if (r < 0 && errno == EINTR) continue;
-      if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-      open = false;  // closed, or reset
-      break;
+      if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+      return false;  // closed, or reset: its whole frames were handled above
     }
-    std::string payload;
-    while (take_frame(conn.inbox, &payload)) {
-      if (!handle(conn, payload)) return false;
-    }
-    return open;
+    return true;
   } catch (const Error& e) {
     spdlog::warn("rendezvous: dropped the connection from {}: {}", conn.peer, e.what());
     return false;
