@@ -61,5 +61,12 @@ while IFS= read -r file; do
   esac
 done < <(git ls-files -co --exclude-standard -- '*.h' '*.cpp' '*.cu' '*.cuh' 2>/dev/null || find engine data models tools tests bench -name '*.h' -o -name '*.cpp')
 
+# target_clones makes an ifunc whose resolver runs while the program loads, before ThreadSanitizer's
+# runtime starts: every TSan build then crashes at start. Dispatch on __builtin_cpu_supports instead.
+if git grep -n 'target_clones' -- '*.cpp' '*.h' ':!tools/scripts' >/dev/null 2>&1; then
+  git grep -n 'target_clones' -- '*.cpp' '*.h' ':!tools/scripts' | sed 's/^/layering: target_clones (crashes TSan builds): /'
+  status=1
+fi
+
 [ $status -eq 0 ] && echo "layering: every include follows DESIGN.md's dependency direction"
 exit $status

@@ -45,7 +45,7 @@ inline float exp_nonpositive(float x) {
 }
 
 // s[i] = exp(s[i] - m) in place; returns their sum. m is finite.
-__attribute__((target_clones("avx512f", "avx2", "default"))) float exp_row(float* s, int64_t n, float m) {
+[[gnu::always_inline]] inline float exp_row_body(float* s, int64_t n, float m) {
   float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
   for (int64_t i = 0; i < n; ++i) {
@@ -54,6 +54,17 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) float exp_row(float
     sum += e;
   }
   return sum;
+}
+[[gnu::target("avx512f")]] float exp_row_avx512(float* s, int64_t n, float m) { return exp_row_body(s, n, m); }
+[[gnu::target("avx2")]] float exp_row_avx2(float* s, int64_t n, float m) { return exp_row_body(s, n, m); }
+
+// Chosen by a flag read once, not by target_clones: an ifunc resolver runs while the program is
+// loaded, before ThreadSanitizer's runtime starts, and crashed every TSan build at start.
+float exp_row(float* s, int64_t n, float m) {
+  static const int level = __builtin_cpu_supports("avx512f") ? 2 : __builtin_cpu_supports("avx2") ? 1 : 0;
+  if (level == 2) return exp_row_avx512(s, n, m);
+  if (level == 1) return exp_row_avx2(s, n, m);
+  return exp_row_body(s, n, m);
 }
 
 // The layout of one call: (B * H) heads of tq queries and tk keys.
