@@ -63,8 +63,8 @@ done < <(git ls-files -co --exclude-standard -- '*.h' '*.cpp' '*.cu' '*.cuh' 2>/
 
 # target_clones makes an ifunc whose resolver runs while the program loads, before ThreadSanitizer's
 # runtime starts: every TSan build then crashes at start. Dispatch on __builtin_cpu_supports instead.
-if git grep -n 'target_clones' -- '*.cpp' '*.h' ':!tools/scripts' >/dev/null 2>&1; then
-  git grep -n 'target_clones' -- '*.cpp' '*.h' ':!tools/scripts' | sed 's/^/layering: target_clones (crashes TSan builds): /'
+if git grep -nE 'target_clones *\(' -- '*.cpp' '*.h' >/dev/null 2>&1; then
+  git grep -nE 'target_clones *\(' -- '*.cpp' '*.h' | sed 's/^/layering: target_clones (crashes TSan builds): /'
   status=1
 fi
 
