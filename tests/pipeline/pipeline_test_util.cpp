@@ -74,6 +74,16 @@ std::string map_entry(const std::string& key, const std::string& feature) {
 
 // Written straight in the wire format (tf.train.Example > Features > map<string, Feature>), so
 // the fixtures do not depend on the protobuf runtime, which the TSan build cannot use here.
+std::string int64_example(const std::string& key, const std::vector<int64_t>& values) {
+  std::string packed, int64_list, feature, features, example;
+  for (int64_t v : values) put_varint(&packed, static_cast<uint64_t>(v));
+  put_field(&int64_list, 1, packed);  // Int64List.value, packed
+  put_field(&feature, 3, int64_list);  // Feature.int64_list
+  put_field(&features, 1, map_entry(key, feature));
+  put_field(&example, 1, features);
+  return example;
+}
+
 std::string image_example(const std::string& encoded, int64_t label) {
   std::string bytes_list, int64_list, packed, image_feature, label_feature, features, example;
   put_field(&bytes_list, 1, encoded);

@@ -32,6 +32,9 @@ Image synthetic_image(int width, int height, int channels, uint64_t seed);
 
 // A serialized tf.Example with "image/encoded" (bytes) and "image/class/label" (int64).
 std::string image_example(const std::string& encoded, int64_t label);
+// A serialized tf.Example with one int64 feature (packed). Written by hand, as image_example is,
+// so the threaded suites run under ThreadSanitizer without protobuf (whose Map crashed there).
+std::string int64_example(const std::string& key, const std::vector<int64_t>& values);
 
 // Writes records to a TFRecord file.
 void write_tfrecord(const std::string& path, const std::vector<std::string>& records);

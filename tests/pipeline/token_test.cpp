@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <set>
 
-#include "data/example.h"
 #include "data/pipeline/pipeline_batch_source.h"
 #include "data/pipeline/pipeline_config.h"
 #include "data/pipeline/replica_pipeline.h"
@@ -19,11 +18,7 @@ namespace {
 using testing::ScratchDir;
 constexpr int64_t kLength = 5;
 
-std::string token_record(const std::vector<int64_t>& tokens) {
-  FeatureMap f;
-  f["tokens"] = Feature::of_ints(tokens);
-  return serialize_example(f);
-}
+std::string token_record(const std::vector<int64_t>& tokens) { return testing::int64_example("tokens", tokens); }
 
 // Window k holds (k, k + 1, ..., k + 4) mod 256: its first token names it.
 std::vector<int64_t> window(int64_t k) {
@@ -151,9 +146,7 @@ TEST(TokenPipeline, ATokenOutsideTheVocabularyIsNamed) {
 
   testing::write_tfrecord(dir.path("w-0.tfrecord"), {token_record({1, -1, 2, 3, 4})});
   EXPECT_NE(pipeline_error(token_config(dir)).find("token -1 at position 1"), std::string::npos);
-  FeatureMap image;
-  image["image/encoded"] = Feature::of_bytes({"xx"});
-  testing::write_tfrecord(dir.path("w-0.tfrecord"), {serialize_example(image)});
+  testing::write_tfrecord(dir.path("w-0.tfrecord"), {testing::image_example("xx", 1)});
   EXPECT_NE(pipeline_error(token_config(dir)).find("no feature 'tokens'"), std::string::npos);
 }
 
