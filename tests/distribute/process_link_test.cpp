@@ -5,12 +5,14 @@
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 
+#include <atomic>
 #include <cstring>
 #include <thread>
 #include <vector>
 
 #include "engine/core/random.h"
 #include "engine/distribute/bootstrap/client.h"
+#include "engine/distribute/bootstrap/server.h"
 #include "engine/distribute/cpu_communicator.h"
 #include "engine/distribute/process_link.h"
 #include "tests/distribute/distribute_test_util.h"
@@ -308,23 +310,44 @@ TEST(Rendezvous, SlowOrStrayClientsNeverHoldUpTheJoin) {
 }
 
 TEST(Rendezvous, AMissingProcessIsNamedByProcessZero) {
+  // Process 0 of 3 with process 1 joined (a raw connection that stays) and process 2 never coming.
   const int port = free_port();
-  std::vector<std::string> errors(2);
-  run_ranks(2, [&](int r) {
-    auto options = join(port, r, 3);  // rank 2 never comes
-    options.timeout = std::chrono::milliseconds(1500);
-    try {
-      bootstrap::Client c(options);
-    } catch (const Error& e) {
-      errors[static_cast<size_t>(r)] = fmt::format("{}: {}", error_code_name(e.code()), e.what());
-    }
+  std::string error;
+  std::atomic<bool> done{false};
+  std::thread joined([&] {
+    bootstrap::Socket s = bootstrap::connect_to("127.0.0.1", port, bootstrap::Clock::now() + std::chrono::seconds(20));
+    bootstrap::Hello h{.rank = 1, .size = 3, .host = bootstrap::host_name(), .pid = 4242, .identity = {"cfg", "1", ""}};
+    bootstrap::send_frame(s.fd(), bootstrap::encode(h));
+    while (!done) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   });
-  EXPECT_NE(errors[0].find("DeadlineExceeded: process 0 waited 1.5 s at the rendezvous"), std::string::npos)
-      << errors[0];
-  EXPECT_NE(errors[0].find("for the run's 3 processes, and process(es) 2 are not there (never joined, or left)"), std::string::npos)
-      << errors[0];
-  EXPECT_NE(errors[1].find("not all joined (process 0's error names the missing ranks)"), std::string::npos)
-      << errors[1];
+  auto options = join(port, 0, 3);
+  options.timeout = std::chrono::milliseconds(3000);
+  try {
+    bootstrap::Client c(options);
+  } catch (const Error& e) {
+    error = fmt::format("{}: {}", error_code_name(e.code()), e.what());
+  }
+  done = true;
+  joined.join();
+  EXPECT_NE(error.find("DeadlineExceeded: process 0 waited 3 s at the rendezvous"), std::string::npos) << error;
+  EXPECT_NE(error.find("for the run's 3 processes, and process(es) 2 are not there (never joined, or left)"),
+            std::string::npos)
+      << error;
+
+  // Another process waits on a process 0 whose server is up but which has not joined itself.
+  const int port2 = free_port();
+  bootstrap::Server server("127.0.0.1", port2,
+                           {.rank = 0, .size = 2, .host = bootstrap::host_name(), .pid = 1, .identity = {"cfg", "1", ""}});
+  auto other = join(port2, 1, 2);
+  other.timeout = std::chrono::milliseconds(1500);
+  try {
+    bootstrap::Client c(other);
+    ADD_FAILURE() << "joined a run whose process 0 never came";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not all joined (process 0's error names the missing ranks)"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace
