@@ -103,7 +103,7 @@ TEST_F(DoctorFakes, JsonCarriesEveryField) {
   nlohmann::ordered_json doc = nlohmann::ordered_json::parse(r.output);
   std::vector<std::string> keys;
   for (const auto& [key, value] : doc.items()) keys.push_back(key);
-  EXPECT_EQ(keys, (std::vector<std::string>{"driver", "cuda_runtime", "cudnn", "cublas", "nccl", "gpus", "nvml",
+  EXPECT_EQ(keys, (std::vector<std::string>{"driver", "cuda_runtime", "cudnn", "cublas", "nccl", "gpus", "nvml", "cpu",
                                             "cuda_visible_devices", "visible_devices_hide_all", "driver_init_error",
                                             "built_against", "search", "plugin", "verdict", "verdict_code",
                                             "exit_code", "causes"}));
