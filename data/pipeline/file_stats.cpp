@@ -83,7 +83,8 @@ std::vector<ShardFile> describe_files(const std::vector<std::string>& paths, boo
   for (const std::string& path : paths) {
     struct stat st {};
     TANDEM_CHECK(::stat(path.c_str(), &st) == 0, ErrorCode::kNotFound, "stat {}: {}", path, std::strerror(errno));
-    files.push_back({path, static_cast<uint64_t>(st.st_size), count ? count_records(path, strict, max_record_bytes) : -1});
+    const int64_t records = count ? count_records(path, strict, max_record_bytes) : -1;
+    files.push_back({path, static_cast<uint64_t>(st.st_size), records});
   }
   return files;
 }

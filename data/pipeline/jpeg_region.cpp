@@ -35,7 +35,9 @@ void on_error(j_common_ptr cinfo) {
 // Warnings still give an image, as TurboJPEG's decoder without TJFLAG_STOPONWARNING does, and are
 // not printed; a premature end of the data is noted for the caller's policy.
 void on_message(j_common_ptr cinfo, int level) {
-  if (level == -1 && cinfo->err->msg_code == JWRN_JPEG_EOF) reinterpret_cast<ErrorManager*>(cinfo->err)->truncated = true;
+  if (level == -1 && cinfo->err->msg_code == JWRN_JPEG_EOF) {
+    reinterpret_cast<ErrorManager*>(cinfo->err)->truncated = true;
+  }
 }
 
 struct Decompressor {

@@ -177,7 +177,10 @@ void ReplicaLoop::run_epochs() {
   const bool ends_with_eval = every == 0 || config_.loop.steps > 0 || step_ % every == 0;
   if (shared_.resume && step_ == start_step_ && !stopped_ && last_eval_step_ != step_ && ends_with_eval &&
       !shared_.setup.eval_sources.empty()) {
-    if (lead()) spdlog::info("resumed at the end of training (step {}): evaluating it, as the interrupted run had left to do", step_);
+    if (lead()) {
+      spdlog::info("resumed at the end of training (step {}): evaluating it, as the interrupted run had left to do",
+                   step_);
+    }
     // The run's own checkpoint of this step then records the evaluation (as a save before an
     // evaluation does), so the next resume does not evaluate again; another run's is left alone.
     std::error_code ec;

@@ -60,7 +60,8 @@ TEST(TrainerVerbs, InspectExitStatusAndConvertRoundTrip) {
   EXPECT_EQ(run("convert --source idx -o " + tmp.file("x"), &out), 2);  // --images and --labels missing
   out.clear();
   // 100,000 writer threads once aborted the process; now a usage error naming the option.
-  EXPECT_EQ(run("convert --source csv --csv " + tmp.file("t.csv") + " --threads 100000 -o " + tmp.file("y"), &out, true), 2);
+  EXPECT_EQ(
+      run("convert --source csv --csv " + tmp.file("t.csv") + " --threads 100000 -o " + tmp.file("y"), &out, true), 2);
   EXPECT_NE(out.find("--threads: Value 100000 not in range 0 to 1024"), std::string::npos) << out;
 }
 

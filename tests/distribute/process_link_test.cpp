@@ -336,8 +336,9 @@ TEST(Rendezvous, AMissingProcessIsNamedByProcessZero) {
 
   // Another process waits on a process 0 whose server is up but which has not joined itself.
   const int port2 = free_port();
-  bootstrap::Server server("127.0.0.1", port2,
-                           {.rank = 0, .size = 2, .host = bootstrap::host_name(), .pid = 1, .identity = {"cfg", "1", ""}});
+  const bootstrap::Hello zero{
+      .rank = 0, .size = 2, .host = bootstrap::host_name(), .pid = 1, .identity = {"cfg", "1", ""}};
+  bootstrap::Server server("127.0.0.1", port2, zero);
   auto other = join(port2, 1, 2);
   other.timeout = std::chrono::milliseconds(1500);
   try {

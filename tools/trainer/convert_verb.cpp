@@ -172,7 +172,8 @@ void add_convert_verb(CLI::App& app, int& exit_code) {
   verb->add_option("--threads", a->threads, "Shards written at once (default: cores)")
       ->check(CLI::Range(0, 1024));  // 100,000 once aborted the process starting them
   verb->add_flag("--index", a->index, "Also write a DALI-style .idx file beside each uncompressed shard");
-  verb->add_flag("--overwrite", a->overwrite, "Delete the shards an earlier convert with this prefix left in the folder");
+  verb->add_flag("--overwrite", a->overwrite,
+                 "Delete the shards an earlier convert with this prefix left in the folder");
   verb->callback([a, prefix, seed, &exit_code] {
     a->prefix_given = prefix->count() > 0;
     a->seed_given = seed->count() > 0;
