@@ -66,9 +66,10 @@ JpegScale choose_jpeg_scale(ImageSize full, int need_w, int need_h);
 ImageSize scaled_size(ImageSize full, JpegScale scale);
 // Decodes at `scale` only the pixels of `want` (in the scaled image's pixels) and what
 // libjpeg-turbo needs around them: out holds a region of the scaled image and origin says where
-// it sits. Inside `want` the pixels are those decode_jpeg gives at that scale, bit for bit. Data
-// that ends before the rows the region needs is a DataLoss unless accept_truncated (then libjpeg
-// fills the missing rows grey, as TensorFlow's try_recover_truncated does).
+// it sits. Inside `want` the pixels are those decode_jpeg gives at that scale, bit for bit. A
+// truncated file (no EOI after the scan, or data ending before the rows read) is a DataLoss,
+// whatever the region, unless accept_truncated (then libjpeg fills the missing rows grey, as
+// TensorFlow's try_recover_truncated does).
 void decode_jpeg_region(std::string_view bytes, int channels, JpegScale scale, const PixelSpan& want, Image* out,
                         ImageOrigin* origin, bool accept_truncated = false);
 

@@ -48,11 +48,6 @@ void decode_jpeg_for(std::string_view bytes, const ImageMapOptions& o, Generator
   if (a.width > 0 && a.height > 0 && a.crop_padding == 0) {
     want = resize_source_span(size.width, size.height, out->box, a.width, a.height);
   }
-  // Checked whole, so the verdict does not depend on which rows this epoch's crop decodes.
-  TANDEM_CHECK(o.accept_truncated_jpeg || jpeg_data_complete(bytes), ErrorCode::kDataLoss,
-               "JPEG data ({} bytes) ends before the image does: a truncated file. TensorFlow's decode_jpeg refuses "
-               "it too; data.image.accept_truncated_jpeg: true decodes it with the missing rows grey",
-               bytes.size());
   decode_jpeg_region(bytes, a.channels, scale, want, &out->image, &out->origin, o.accept_truncated_jpeg);
 }
 

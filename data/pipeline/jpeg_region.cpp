@@ -123,6 +123,13 @@ bool run(Decompressor& d, const RegionJob& job) {
   return true;
 }
 
+[[noreturn]] void throw_truncated(size_t bytes) {
+  throw_error(ErrorCode::kDataLoss,
+              "JPEG data ({} bytes) ends before the image does: a truncated file. TensorFlow's decode_jpeg refuses "
+              "it too; data.image.accept_truncated_jpeg: true decodes it with the missing rows grey",
+              bytes);
+}
+
 }  // namespace
 
 void decode_jpeg_region(std::string_view bytes, int channels, JpegScale scale, const PixelSpan& want, Image* out,
@@ -132,15 +139,14 @@ void decode_jpeg_region(std::string_view bytes, int channels, JpegScale scale, c
   thread_local Decompressor decompressor;
   TANDEM_CHECK(decompressor.ready, ErrorCode::kInternal, "jpeg_create_decompress failed: {}",
                decompressor.err.message);
+  // Checked on the whole file first, so the verdict does not depend on which rows a crop decodes.
+  if (!accept_truncated && !jpeg_data_complete(bytes)) throw_truncated(bytes.size());
   RegionJob job{reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<unsigned long>(bytes.size()),
                 channels, scale, want, out, origin};
   if (!run(decompressor, job)) {
     throw_error(ErrorCode::kDataLoss, "JPEG decode ({} bytes): {}", bytes.size(), decompressor.err.message);
   }
-  TANDEM_CHECK(!decompressor.err.truncated || accept_truncated, ErrorCode::kDataLoss,
-               "JPEG data ({} bytes) ends before the image does: a truncated file. TensorFlow's decode_jpeg refuses "
-               "it too; data.image.accept_truncated_jpeg: true decodes it with the missing rows grey",
-               bytes.size());
+  if (decompressor.err.truncated && !accept_truncated) throw_truncated(bytes.size());
 }
 
 }  // namespace tandem::data

@@ -18,6 +18,7 @@
 #include "models/gpt.h"
 #include "models/gpt_generate.h"
 #include "models/registry.h"
+#include "tests/models/transformer_test_util.h"
 
 namespace tandem::models {
 namespace {
@@ -35,24 +36,8 @@ std::string gpu_skip_reason() {
     if (std::string reason = gpu_skip_reason(); !reason.empty()) GTEST_SKIP() << reason; \
   } while (false)
 
-// The worst element's error against the largest |want|.
-double scaled_error(const Tensor& got, const Tensor& want) {
-  std::vector<float> g = got.to(Device::cpu()).to_vector(), w = want.to(Device::cpu()).to_vector();
-  double worst = g.size() == w.size() ? 0.0 : INFINITY, scale = 1e-30;
-  for (size_t i = 0; i < w.size() && i < g.size(); ++i) {
-    const double e = std::fabs(static_cast<double>(g[i]) - w[i]);
-    worst = std::isnan(e) ? INFINITY : std::max(worst, e);
-    scale = std::max(scale, std::fabs(static_cast<double>(w[i])));
-  }
-  return worst / scale;
-}
-
-Tensor random_ids(const Shape& s, int64_t vocab, uint64_t seed) {
-  Generator g(seed);
-  Tensor t = Tensor::empty(s, DType::kI64);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<int64_t>()[i] = static_cast<int64_t>(g.below(static_cast<uint64_t>(vocab)));
-  return t;
-}
+using testing::random_ids;
+using testing::scaled_error;
 
 // Two copies of one model, one moved to the GPU. weight_std > 0 redraws every parameter from
 // N(0, weight_std): decisive logits, so greedy choices are not near-ties that rounding could flip.

@@ -17,6 +17,7 @@
 #include "engine/train/checkpoint/safetensors.h"
 #include "engine/nn/transformer_layers.h"
 #include "models/registry.h"
+#include "tests/models/transformer_test_util.h"
 #include "tests/support/temp_dir.h"
 
 namespace tandem::models {
@@ -28,25 +29,8 @@ bool have_torch() {
   return std::system(fmt::format("{} -c 'import torch, torchvision' >/dev/null 2>&1", kPython).c_str()) == 0;
 }
 
-// max |a - b| over max |b|: the worst element against the tensor's scale.
-double scaled_error(const Tensor& a, const Tensor& b) {
-  std::vector<float> x = a.to_vector(), y = b.to_vector();
-  EXPECT_EQ(x.size(), y.size());
-  double worst = 0.0, scale = 1e-30;
-  for (size_t i = 0; i < y.size() && i < x.size(); ++i) {
-    const double e = std::fabs(static_cast<double>(x[i]) - y[i]);
-    worst = std::isnan(e) ? INFINITY : std::max(worst, e);
-    scale = std::max(scale, std::fabs(static_cast<double>(y[i])));
-  }
-  return worst / scale;
-}
-
-Tensor random_ids(const Shape& s, int64_t vocab, uint64_t seed) {
-  Generator g(seed);
-  Tensor t = Tensor::empty(s, DType::kI64);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<int64_t>()[i] = static_cast<int64_t>(g.below(static_cast<uint64_t>(vocab)));
-  return t;
-}
+using testing::random_ids;
+using testing::scaled_error;
 
 // Runs the reference on the model's weights and inputs; compares logits, loss and gradients.
 void compare_with_torch(const std::string& kind, const std::string& config_json, nn::Module& model,

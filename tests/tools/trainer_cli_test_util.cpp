@@ -54,19 +54,26 @@ void write_fashion_tfrecords(const fs::path& dir, size_t count) {
   data::convert(Subset(data::open_idx_source(kImages, kLabels), count), options);
 }
 
+const std::string kFashionImage =
+    "{format: raw, raw_shape: [28, 28, 1], channels: 1, height: 0, width: 0, normalize: true,\n"
+    "          mean: [0.286, 0.286, 0.286], std: [0.353, 0.353, 0.353],\n"
+    "          augment: {random_resized_crop: false, horizontal_flip: false}}";
+
 std::string fashion_config(const fs::path& dir, const std::string& train) {
   return fmt::format(R"(seed: 3
 device: cpu
 model: {{name: small_cnn, num_classes: 10, in_channels: 1, input_size: 28, channels_last: true}}
 data:
   files: {}/tfrecords/train-*.tfrecord
-  image: {{format: raw, raw_shape: [28, 28, 1], channels: 1, height: 0, width: 0, normalize: true,
-          mean: [0.286, 0.286, 0.286], std: [0.353, 0.353, 0.353],
-          augment: {{random_resized_crop: false, horizontal_flip: false}}}}
+  image: {}
 train: {}
 optimizer: {{name: sgd, lr: 0.05, momentum: 0.9}}
 )",
-                     dir.string(), train);
+                     dir.string(), kFashionImage, train);
+}
+
+std::string train_args(const fs::path& config, const fs::path& run) {
+  return fmt::format("--config {} --run-dir {}", config.string(), run.string());
 }
 
 int run_trainer(const std::string& args, const fs::path& log) {

@@ -19,9 +19,16 @@ std::string cli_skip_reason();
 // dir/tfrecords/train-*.tfrecord: the first `count` test images of Fashion-MNIST, 2 shards.
 void write_fashion_tfrecords(const std::filesystem::path& dir, size_t count);
 
+// The image section of those records (raw 28x28x1, normalised, no augmentation), a YAML flow
+// mapping; an eval_data section over the same records needs it too.
+extern const std::string kFashionImage;
+
 // A run config over those records (small_cnn, 28x28 raw images); `train` is the YAML flow
 // mapping of the train section, e.g. "{global_batch_size: 32, epochs: 2}".
 std::string fashion_config(const std::filesystem::path& dir, const std::string& train);
+
+// "--config CONFIG --run-dir RUN": the arguments of a training run.
+std::string train_args(const std::filesystem::path& config, const std::filesystem::path& run);
 
 // Runs `trainer ARGS` through the shell with stdout and stderr into log; returns the exit status
 // (-1 when killed by a signal).

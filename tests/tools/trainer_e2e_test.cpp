@@ -98,10 +98,7 @@ TEST(TrainerEndToEnd, ConfigErrorsExitOneWithTheKeyAndLine) {
   std::string files;
   for (int i = 0; i < 20; ++i) files += fmt::format("{}{}/missing-{}.tfrecord", i == 0 ? "" : ", ", dir.string(), i);
   std::ofstream(dir / "missing.yaml") << "data: {files: [" << files << "]}\ntrain: {global_batch_size: 8}\n";
-  EXPECT_EQ(testing::run_trainer(fmt::format("--config {} --run-dir {}", (dir / "missing.yaml").string(),
-                                             (dir / "run").string()),
-                                 dir / "missing.txt"),
-            1);
+  EXPECT_EQ(testing::run_trainer(testing::train_args(dir / "missing.yaml", dir / "run"), dir / "missing.txt"), 1);
   const std::string missing = testing::read_text(dir / "missing.txt");
   EXPECT_NE(missing.find("missing-4.tfrecord and 15 more of the 20 given"), std::string::npos) << missing;
   EXPECT_EQ(missing.find("missing-5.tfrecord"), std::string::npos) << missing;
@@ -117,20 +114,14 @@ TEST(TrainerEndToEnd, AnEvaluationSetOfNoRecordsIsAnErrorBeforeTraining) {
   std::string yaml = testing::fashion_config(dir, "{global_batch_size: 32, epochs: 1}");
   yaml += "eval_data: {files: " + (dir / "empty.tfrecord").string() + "}\n";
   std::ofstream(dir / "run.yaml") << yaml;
-  EXPECT_EQ(testing::run_trainer(fmt::format("--config {} --run-dir {}", (dir / "run.yaml").string(),
-                                             (dir / "run").string()),
-                                 dir / "log.txt"),
-            1);
+  EXPECT_EQ(testing::run_trainer(testing::train_args(dir / "run.yaml", dir / "run"), dir / "log.txt"), 1);
   const std::string log = testing::read_text(dir / "log.txt");
   EXPECT_NE(log.find("the evaluation data holds 0 records"), std::string::npos) << log;
   EXPECT_FALSE(fs::exists(dir / "run" / "checkpoints" / "step-00000002")) << "it trained first";
 
   // Not counted: the first evaluation finds no examples and stops the run, its checkpoint saved.
   std::ofstream(dir / "run.yaml") << yaml.substr(0, yaml.size() - 2) << ", count_records: false}\n";
-  EXPECT_EQ(testing::run_trainer(fmt::format("--config {} --run-dir {}", (dir / "run.yaml").string(),
-                                             (dir / "run2").string()),
-                                 dir / "log2.txt"),
-            1);
+  EXPECT_EQ(testing::run_trainer(testing::train_args(dir / "run.yaml", dir / "run2"), dir / "log2.txt"), 1);
   const std::string log2 = testing::read_text(dir / "log2.txt");
   EXPECT_NE(log2.find("evaluation at step 2: eval_data yielded no examples"), std::string::npos) << log2;
   EXPECT_TRUE(fs::exists(dir / "run2" / "checkpoints" / "step-00000002" / "model.safetensors")) << log2;
@@ -154,12 +145,9 @@ TEST(TrainerEndToEnd, AResumeWithNothingLeftKeepsTheSummaryAndRunsAMissedEvaluat
   testing::write_fashion_tfrecords(dir, 64);
   std::string yaml = testing::fashion_config(dir, "{global_batch_size: 32, epochs: 1}");
   yaml += "eval_data:\n  files: " + (dir / "tfrecords" / "train-*.tfrecord").string() +
-          "\n  image: {format: raw, raw_shape: [28, 28, 1], channels: 1, height: 0, width: 0, normalize: true,\n"
-          "          mean: [0.286, 0.286, 0.286], std: [0.353, 0.353, 0.353],\n"
-          "          augment: {random_resized_crop: false, horizontal_flip: false}}\n";
+          "\n  image: " + testing::kFashionImage + "\n";
   std::ofstream(dir / "run.yaml") << yaml;
-  const std::string args =
-      fmt::format("--config {} --run-dir {}", (dir / "run.yaml").string(), (dir / "run").string());
+  const std::string args = testing::train_args(dir / "run.yaml", dir / "run");
   ASSERT_EQ(testing::run_trainer(args, dir / "first.txt"), 0) << testing::read_text(dir / "first.txt");
   const fs::path summary_path = dir / "run" / "run_summary.json";
   const nlohmann::json first = nlohmann::json::parse(std::ifstream(summary_path));

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <string>
 #include <map>
 #include <mutex>
 
@@ -159,6 +160,20 @@ class TrainerTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
+  // Trains c on one replica for `steps` steps, with a checkpoint at the last one in dir_/name, and
+  // returns c set to resume from it (resume: auto) to the end.
+  TrainConfig interrupted_at(const TrainConfig& c, int64_t steps, const std::string& name,
+                             const std::function<std::unique_ptr<BatchSource>(int)>& source) {
+    TrainConfig first = c;
+    first.loop.steps = steps;
+    first.checkpoint.every_steps = steps;
+    first.checkpoint.dir = (dir_ / name).string();
+    train(first, 1, source);
+    TrainConfig second = c;
+    second.checkpoint.dir = first.checkpoint.dir;
+    second.checkpoint.resume = "auto";
+    return second;
+  }
   std::filesystem::path dir_;
   Dataset data_ = make_dataset(64);
 };

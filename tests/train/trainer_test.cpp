@@ -83,16 +83,8 @@ TEST_F(TrainerTest, ResumeMidEpochEndsWithBitwiseTheSameWeights) {
   auto source = [&](int r) { return std::make_unique<SliceSource>(data_, r, 1, 8); };
   TrainedRun straight = train(c, 1, source);
 
-  // Stop after 13 steps (mid-epoch 2), with a checkpoint every 13 steps, then resume to the end.
-  TrainConfig first = c;
-  first.loop.steps = 13;
-  first.checkpoint.every_steps = 13;
-  first.checkpoint.dir = (dir_ / "resume").string();
-  train(first, 1, source);
-  TrainConfig second = c;
-  second.checkpoint.dir = first.checkpoint.dir;
-  second.checkpoint.resume = "auto";
-  TrainedRun resumed = train(second, 1, source);
+  // Stop after 13 steps (mid-epoch 2), with a checkpoint at step 13, then resume to the end.
+  TrainedRun resumed = train(interrupted_at(c, 13, "resume", source), 1, source);
   EXPECT_EQ(resumed.summary.steps, straight.summary.steps);
   EXPECT_EQ(resumed.weights, straight.weights);
 }
@@ -115,15 +107,7 @@ TEST_F(TrainerTest, TheFirstLogRowAfterAResumeAveragesTheWholeInterval) {
   ASSERT_TRUE(straight.contains(16));
 
   losses->clear();
-  TrainConfig first = c;
-  first.loop.steps = 13;
-  first.checkpoint.every_steps = 13;
-  first.checkpoint.dir = (dir_ / "interval").string();
-  train(first, 1, source);
-  TrainConfig second = c;
-  second.checkpoint.dir = first.checkpoint.dir;
-  second.checkpoint.resume = "auto";
-  train(second, 1, source, {}, nullptr, {record()});
+  train(interrupted_at(c, 13, "interval", source), 1, source, {}, nullptr, {record()});
   ASSERT_TRUE(losses->contains(16));
   EXPECT_EQ(losses->at(16), straight.at(16));  // bitwise: the same sums in the same order
   EXPECT_EQ(losses->at(20), straight.at(20));
