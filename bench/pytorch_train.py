@@ -177,8 +177,9 @@ def run(fmt, args):
             start, cpu_start = time.perf_counter(), time.process_time()
         t0 = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
-        logits = model(x)
-        loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1))
+        with torch.cpu.amp.autocast(enabled=args.precision == "bf16", dtype=torch.bfloat16):
+            logits = model(x)
+        loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), labels.reshape(-1))
         t1 = time.perf_counter()
         loss.backward()
         t2 = time.perf_counter()
@@ -192,7 +193,7 @@ def run(fmt, args):
     n = args.steps
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
     return {
-        "engine": "pytorch", "torch": torch.__version__, "model": name, "format": fmt,
+        "engine": "pytorch", "torch": torch.__version__, "model": name, "format": fmt, "precision": args.precision,
         "threads": torch.get_num_threads(), "batch": batch, "steps": n, "warmup": args.warmup,
         "images_per_sec": round(batch * n / wall, 2),
         "step_ms": {"p50": round(1e3 * percentile(steps, 0.5), 3), "p95": round(1e3 * percentile(steps, 0.95), 3)},
@@ -215,6 +216,8 @@ def main():
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--threads", type=int, default=0, help="0: every core this process may use")
     p.add_argument("--format", choices=("nchw", "nhwc", "both"), default="both")
+    p.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                   help="bf16: torch.cpu.amp.autocast(dtype=torch.bfloat16) around the forward")
     p.add_argument("--config", help="a run config: its model (gpt or vit), train batch and optimizer")
     args = p.parse_args()
     if args.config and args.format == "both":

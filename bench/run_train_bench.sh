@@ -4,14 +4,15 @@
 # each round, their median, and beside them the floor: our step's convolutions alone (oneDNN's time,
 # which PyTorch spends too). --model resnet20 (default), resnet18 or mlp (NCHW only: it has no images);
 # or --config FILE: a run config's model, batch and optimizer (the GPT of configs/gpt.yaml, the ViT
-# of configs/vit.yaml), NCHW only.
+# of configs/vit.yaml), NCHW only. --precision bf16 runs both in bf16 (ours: precision bf16; PyTorch's:
+# torch.cpu.amp.autocast(dtype=torch.bfloat16)) and also our fp32 step each round, for bf16's gain over it.
 # Builds nothing: build train_bench first (docs/PERFORMANCE.md gives the commands).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${TRAIN_BENCH:-$root/build-bench/bench/train_bench}
 python=${PYTHON:-/usr/bin/python3}  # Debian's python3-torch; a pyenv python3 on PATH has no torch
-rounds=3 steps=5 warmup=2 threads=0 formats="nchw nhwc" model=resnet20 config=""
+rounds=3 steps=5 warmup=2 threads=0 formats="nchw nhwc" model=resnet20 config="" precision=fp32
 
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -22,8 +23,9 @@ while [[ $# -gt 0 ]]; do
     --format) [[ $2 == both ]] && formats="nchw nhwc" || formats=$2; shift 2 ;;
     --model) model=$2; shift 2 ;;
     --config) config=$2; shift 2 ;;
+    --precision) precision=$2; shift 2 ;;
     *) echo "usage: $0 [--model resnet20|resnet18|mlp | --config FILE] [--rounds N] [--steps N] [--warmup N] [--threads N]" \
-            "[--format nchw|nhwc|both]" >&2; exit 2 ;;
+            "[--format nchw|nhwc|both] [--precision fp32|bf16]" >&2; exit 2 ;;
   esac
 done
 
@@ -51,11 +53,17 @@ fi
 echo "PyTorch's BLAS: $(readlink -f /usr/lib/x86_64-linux-gnu/libblas.so.3 2>/dev/null || echo unknown)"
 results=$(mktemp --suffix=.jsonl)
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)   malloc: MALLOC_TRIM_THRESHOLD_=$MALLOC_TRIM_THRESHOLD_" \
-     "MALLOC_MMAP_THRESHOLD_=$MALLOC_MMAP_THRESHOLD_   $model, steps $steps after $warmup warm-up, $rounds rounds"
-args=(--steps "$steps" --warmup "$warmup" --threads "$threads")
+     "MALLOC_MMAP_THRESHOLD_=$MALLOC_MMAP_THRESHOLD_   $model $precision, steps $steps after $warmup warm-up, $rounds rounds"
+echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'); bf16 instructions: $(grep -o -w -E 'avx512_bf16|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' ')"
+args=(--steps "$steps" --warmup "$warmup" --threads "$threads" --precision "$precision")
 if [[ -n $config ]]; then args+=(--config "$config"); else args+=(--model "$model"); fi
 tag() { sed "s/^{/{\"round\": $round, /" >>"$results"; }  # JSON lines, each marked with its round
 ours() { "$bin" "${args[@]}" --format "$fmt" --json | tag || echo "train_bench failed ($fmt, round $round)" >&2; }
+# Our fp32 step beside a bf16 comparison, marked as its own engine.
+ours_fp32() {
+  "$bin" "${args[@]/bf16/fp32}" --format "$fmt" --json | sed 's/"engine": "tandem"/"engine": "tandem-fp32"/' | tag ||
+    echo "train_bench fp32 failed ($fmt, round $round)" >&2
+}
 theirs() { "$python" "$root/bench/pytorch_train.py" "${args[@]}" --format "$fmt" | tag || echo "PyTorch failed ($fmt)" >&2; }
 for ((round = 1; round <= rounds; ++round)); do
   for fmt in $formats; do
@@ -64,6 +72,7 @@ for ((round = 1; round <= rounds; ++round)); do
     elif ((round % 2)); then ours; theirs
     else theirs; ours
     fi
+    [[ $precision == bf16 ]] && ours_fp32
     echo "round $round $fmt done (load average $(cut -d' ' -f1-3 /proc/loadavg))"
   done
 done
@@ -95,4 +104,10 @@ for fmt in ("nchw", "nhwc"):
     print(f"| {model} | {fmt} | {med(ours)} | {med(theirs)} | {ratio} | {med(step_ours)} | {med(step('pytorch'))} "
           f"| {med(conv)} ({share}) | {med(mib('tandem'), '.0f')} / {med(mib('pytorch'), '.0f')} "
           f"| {med(pick('tandem', fmt, 'page_faults_per_step'))} / {med(pick('pytorch', fmt, 'page_faults_per_step'))} |")
+for fmt in ("nchw", "nhwc"):
+    ours, fp32 = pick("tandem", fmt, "images_per_sec"), pick("tandem-fp32", fmt, "images_per_sec")
+    gains = [ours[k] / fp32[k] for k in sorted(ours) if k in fp32]
+    if gains:
+        print(f"\n{fmt}: our bf16 step against our fp32 step: {statistics.median(gains):.2f}x median "
+              f"({', '.join(f'{g:.2f}' for g in gains)}); our fp32 {statistics.median(fp32.values()):.1f} images/s")
 EOF

@@ -80,12 +80,13 @@ struct Options {
   int steps = 30, warmup = 5, threads = 0;  // threads 0: every core this process may use
   std::vector<MemoryFormat> formats{MemoryFormat::kContiguous, MemoryFormat::kChannelsLast};
   bool json = false, profile = false;
+  tandem::Precision precision = tandem::Precision::kF32;  // bf16: convolutions and matmuls in bf16
 };
 
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
                "train_bench: %s\nusage: train_bench [--model resnet20|resnet18|mlp | --config FILE] [--steps N] [--warmup N] "
-               "[--threads N] [--format nchw|nhwc|both] [--json] [--profile]\n",
+               "[--threads N] [--format nchw|nhwc|both] [--precision fp32|bf16] [--json] [--profile]\n",
                why);
   std::exit(2);
 }
@@ -110,6 +111,11 @@ Options parse(int argc, char** argv) {
     else if (a == "--threads") o.threads = count(0);
     else if (a == "--json") o.json = true;
     else if (a == "--profile") o.profile = true;
+    else if (a == "--precision") {
+      std::string p = value();
+      if (p != "fp32" && p != "bf16") usage(("--precision must be fp32 or bf16, got " + p).c_str());
+      o.precision = tandem::parse_precision(p);
+    }
     else if (a == "--config") {
       o.workload = workload_from_config(value());
       if (!o.workload.spec.channels_last) o.formats = {MemoryFormat::kContiguous};
@@ -195,7 +201,7 @@ Result run(const Options& o, MemoryFormat format) {
   }
   auto model = tandem::models::create_model(spec);
   auto optimizer = tandem::optim::make_optimizer(model->named_parameters(), w.optimizer);
-  ExecutionContext ctx(Device::cpu(), o.threads);
+  ExecutionContext ctx(Device::cpu(), o.threads, 0, tandem::KernelOptions{.precision = o.precision});
 
   // Inputs and labels made once: the bench measures the step, not a data pipeline. A GPT reads
   // block_size random tokens per example and predicts as many.
@@ -263,13 +269,14 @@ const char* format_flag(MemoryFormat f) { return f == MemoryFormat::kChannelsLas
 
 void print_json(const Options& o, const Result& r) {
   double n = static_cast<double>(o.steps);
-  std::printf("{\"engine\": \"tandem\", \"model\": \"%s\", \"format\": \"%s\", \"threads\": %d, \"batch\": %lld, "
+  std::printf("{\"engine\": \"tandem\", \"model\": \"%s\", \"format\": \"%s\", \"precision\": \"%s\", "
+              "\"threads\": %d, \"batch\": %lld, "
               "\"steps\": %d, \"warmup\": %d, \"images_per_sec\": %.2f, \"step_ms\": {\"p50\": %.3f, \"p95\": %.3f}, "
               "\"cpu_ms_per_step\": %.3f, \"breakdown_ms\": {\"forward\": %.3f, \"backward\": %.3f, \"optimizer\": %.3f}, "
               "\"system_allocations_per_step\": %.3f, \"page_faults_per_step\": %.1f, \"peak_rss_bytes\": %lld, "
               "\"peak_bytes_in_use\": %lld, \"conv_ms_per_step\": %.3f, \"final_loss\": %.5f, \"load_average\": \"%s\"",
-              o.workload.model.c_str(), format_flag(r.format), r.threads, static_cast<long long>(o.workload.batch),
-              o.steps, o.warmup, static_cast<double>(o.workload.batch) * n / r.wall_s, 1e3 * percentile(r.step_s, 0.5),
+              o.workload.model.c_str(), format_flag(r.format), std::string(tandem::precision_name(o.precision)).c_str(),
+              r.threads, static_cast<long long>(o.workload.batch), o.steps, o.warmup, static_cast<double>(o.workload.batch) * n / r.wall_s, 1e3 * percentile(r.step_s, 0.5),
               1e3 * percentile(r.step_s, 0.95), 1e3 * r.cpu_s / n, 1e3 * r.forward_s / n, 1e3 * r.backward_s / n,
               1e3 * r.optimizer_s / n, r.allocations_per_step, r.page_faults_per_step,
               static_cast<long long>(r.peak_rss_bytes), static_cast<long long>(r.peak_bytes), 1e3 * r.conv_s / n,
@@ -287,8 +294,9 @@ void print_json(const Options& o, const Result& r) {
 void print_text(const Options& o, const Result& r) {
   double n = static_cast<double>(o.steps);
   double batch = static_cast<double>(o.workload.batch);
-  std::printf("%s %s, batch %lld, %d threads, %d timed steps after %d warm-up (load average %s)\n",
-              o.workload.model.c_str(), format_flag(r.format), static_cast<long long>(o.workload.batch), r.threads,
+  std::printf("%s %s %s, batch %lld, %d threads, %d timed steps after %d warm-up (load average %s)\n",
+              o.workload.model.c_str(), format_flag(r.format), std::string(tandem::precision_name(o.precision)).c_str(),
+              static_cast<long long>(o.workload.batch), r.threads,
               o.steps, o.warmup, r.load.c_str());
   std::printf("  images/s %.1f   step p50 %.1f ms  p95 %.1f ms   CPU %.1f ms/step   final loss %.4f\n",
               batch * n / r.wall_s, 1e3 * percentile(r.step_s, 0.5), 1e3 * percentile(r.step_s, 0.95),

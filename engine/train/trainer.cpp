@@ -80,10 +80,9 @@ void check_setup(const TrainerSetup& s) {
                 k, per_replica, s.plan.global_batch_size, s.plan.replicas(), unit, lower > 0 ? lower : unit,
                 lower + unit);
   }
-  TANDEM_CHECK(!first.is_cpu() || s.config.precision == "fp32", ErrorCode::kInvalidArgument,
-               "precision: {} needs GPU replicas (TF32 and bf16 tensor cores); the CPU backend computes in fp32: set "
-               "precision: fp32, or device: cuda",
-               s.config.precision);
+  TANDEM_CHECK(!first.is_cpu() || s.config.precision != "tf32", ErrorCode::kInvalidArgument,
+               "precision: tf32 needs GPU replicas (TF32 is a tensor-core format; CPUs have none): set precision: fp32 "
+               "or bf16 on the CPU, or device: cuda");
 }
 
 std::vector<int> cuda_indices(const distribute::ReplicaPlan& plan) {

@@ -135,6 +135,12 @@ TEST(DoctorCpu, NamesTheExtensionsAndWhichPrecisionsAreFast) {
   cpu = parse_cpuinfo("model name\t: Intel(R) Xeon(R) CPU E5-2680 v4\nflags\t\t: sse4_2 avx avx2 fma\n", 4);
   EXPECT_FALSE(cpu.fast_bf16());
   EXPECT_EQ(cpu.fast_precisions(), "fp32 (bf16 would run 3-4x slower than fp32: no avx512_bf16 or amx_bf16)");
+  const std::string warning = cpu.bf16_warning();
+  for (const char* part : {"Intel(R) Xeon(R) CPU E5-2680 v4", "3-4x slower than fp32", "neither avx512_bf16 nor amx_bf16",
+                           "without avx512f", "set precision: fp32"}) {
+    EXPECT_NE(warning.find(part), std::string::npos) << part << " in " << warning;
+  }
+  EXPECT_EQ(parse_cpuinfo(epyc, 2).bf16_warning(), "");
   EXPECT_EQ(parse_cpuinfo("", 1).model, "unknown");
 
   DoctorReport report;

@@ -62,6 +62,31 @@ TEST(TrainerEndToEnd, SmallRealSubsetLowersTheLoss) {
   fs::remove_all(dir);
 }
 
+// precision: bf16 on the CPU: the run trains, and the log's first lines say the precision in effect
+// and the instructions it runs on (or, without AVX512-BF16 and AMX, warn that bf16 is slow there).
+TEST(TrainerEndToEnd, ABf16RunSaysItsPrecisionAndInstructionsFirst) {
+  if (std::string reason = cli_skip_reason(); !reason.empty()) GTEST_SKIP() << reason;
+  fs::path dir = fs::temp_directory_path() / fmt::format("tandem-e2e-bf16-{}", getpid());
+  fs::remove_all(dir);
+  testing::write_fashion_tfrecords(dir, 512);
+  std::ofstream(dir / "run.yaml") << testing::fashion_config(dir, "{global_batch_size: 32, epochs: 2, log_every_steps: 8}");
+  ASSERT_EQ(testing::run_trainer(testing::train_args(dir / "run.yaml", dir / "run") + " --set precision=bf16",
+                                 dir / "log.txt"),
+            0)
+      << testing::read_text(dir / "log.txt");
+  std::ifstream log(dir / "log.txt");
+  std::string first_lines, line;
+  for (int i = 0; i < 6 && std::getline(log, line); ++i) first_lines += line + "\n";
+  EXPECT_NE(first_lines.find("precision bf16 on the CPU"), std::string::npos) << first_lines;
+  const bool fast = first_lines.find("bf16 (avx512_bf16)") != std::string::npos ||
+                    first_lines.find("bf16 (amx_bf16)") != std::string::npos;
+  EXPECT_EQ(!fast, first_lines.find("runs 3-4x slower than fp32") != std::string::npos) << first_lines;
+  std::vector<double> loss = losses(dir / "run" / "metrics.csv");
+  ASSERT_GE(loss.size(), 3u);
+  EXPECT_LT(loss.back(), loss.front());
+  fs::remove_all(dir);
+}
+
 TEST(TrainerEndToEnd, ConfigErrorsExitOneWithTheKeyAndLine) {
   if (!fs::exists(kTrainer)) GTEST_SKIP() << "the trainer binary is not built: " << kTrainer;
   fs::path dir = fs::temp_directory_path() / fmt::format("tandem-e2e-bad-{}", getpid());

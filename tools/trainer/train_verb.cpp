@@ -103,6 +103,7 @@ void log_precision(const std::string& precision, const distribute::ReplicaPlan& 
   const backend::CpuReport cpu = backend::probe_cpu();
   spdlog::info("precision {} on the CPU: {} ({}); fast here: {}", precision, cpu.model, cpu.extensions(),
                cpu.fast_precisions());
+  if (precision == "bf16" && !cpu.fast_bf16()) spdlog::warn("{}", cpu.bf16_warning());
 }
 
 // Processes of one run on one host, none pinned to its own cores (taskset, a launcher's binding):

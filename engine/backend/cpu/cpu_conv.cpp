@@ -6,6 +6,7 @@
 #include <optional>
 #include <utility>
 
+#include "engine/backend/cpu/cpu_bf16.h"
 #include "engine/backend/cpu/cpu_conv_parts.h"
 #include "engine/backend/cpu/cpu_conv_winograd.h"
 #include "engine/backend/cpu/cpu_kernels.h"
@@ -181,6 +182,7 @@ void backward_data_turned(Ctx& ctx, const Conv2dParams& p, const Tensor& dy, con
 void conv2d_forward(Ctx& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& b,
                     Tensor& y) {
   apply_thread_budget(ctx);
+  if (computes_in_bf16(ctx)) return conv2d_forward_bf16(ctx, p, x, w, b, y);
   if (winograd_suits(p, x.shape(), w.shape()) && winograd_forward(ctx, p, x, w, b, y)) return;
   static PlanCache<ForwardPlan> cache;
   const ForwardPlan& plan =
@@ -208,6 +210,7 @@ void conv2d_forward(Ctx& ctx, const Conv2dParams& p, const Tensor& x, const Tens
 
 void conv2d_backward_data(Ctx& ctx, const Conv2dParams& p, const Tensor& dy, const Tensor& w, Tensor& dx) {
   apply_thread_budget(ctx);
+  if (computes_in_bf16(ctx)) return conv2d_backward_data_bf16(ctx, p, dy, w, dx);
   if (winograd_suits(p, dx.shape(), w.shape()) &&
       winograd_backward_data(ctx, p, dy, w, dx, false)) {
     return;
@@ -242,11 +245,13 @@ void conv2d_backward_data(Ctx& ctx, const Conv2dParams& p, const Tensor& dy, con
 
 void conv2d_backward_data_add(Ctx& ctx, const Conv2dParams& p, const Tensor& dy, const Tensor& w, Tensor& dx) {
   apply_thread_budget(ctx);
-  if (winograd_suits(p, dx.shape(), w.shape()) &&
+  if (!computes_in_bf16(ctx) && winograd_suits(p, dx.shape(), w.shape()) &&
       winograd_backward_data(ctx, p, dy, w, dx, true)) {
     return;
   }
-  if (backward_data_as_forward(p, w.shape(), dx.shape())) return backward_data_turned(ctx, p, dy, w, dx, true);
+  if (!computes_in_bf16(ctx) && backward_data_as_forward(p, w.shape(), dx.shape())) {
+    return backward_data_turned(ctx, p, dy, w, dx, true);
+  }
   Tensor part = Tensor::empty(dx.shape(), DType::kF32, dx.device(), dx.format());
   conv2d_backward_data(ctx, p, dy, w, part);
   axpy(ctx, 1.0f, part, dx);
@@ -255,6 +260,7 @@ void conv2d_backward_data_add(Ctx& ctx, const Conv2dParams& p, const Tensor& dy,
 void conv2d_backward_weights(Ctx& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& dy, Tensor& dw,
                              Tensor& db) {
   apply_thread_budget(ctx);
+  if (computes_in_bf16(ctx)) return conv2d_backward_weights_bf16(ctx, p, x, dy, dw, db);
   if (winograd_suits(p, x.shape(), dw.shape()) &&
       winograd_backward_weights(ctx, p, x, dy, dw, db)) {
     return;

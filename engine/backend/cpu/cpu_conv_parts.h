@@ -18,6 +18,9 @@ enum ConvPlanOp : int64_t {
   kWinogradForward,
   kWinogradBackwardData,
   kWinogradBackwardWeights,
+  kBf16Forward,
+  kBf16BackwardData,
+  kBf16BackwardWeights,
 };
 
 struct ConvGeometry {
@@ -49,5 +52,12 @@ memory weight_gradients_target(Ctx& ctx, const std::optional<dnnl::reorder>& r, 
                                const memory::desc& want_md, Tensor& buffer);
 void finish_weight_gradients(const std::optional<dnnl::reorder>& r, const memory& written, const memory& user_dw,
                              const Tensor& dw);
+
+// cpu_conv_bf16.cpp: the three passes under precision: bf16 (bf16 products, f32 results).
+void conv2d_forward_bf16(Ctx& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& b,
+                         Tensor& y);
+void conv2d_backward_data_bf16(Ctx& ctx, const Conv2dParams& p, const Tensor& dy, const Tensor& w, Tensor& dx);
+void conv2d_backward_weights_bf16(Ctx& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& dy, Tensor& dw,
+                                  Tensor& db);
 
 }  // namespace tandem::backend::cpu

@@ -1,13 +1,24 @@
 // Matrix products through oneDNN's matmul: the transposes are expressed as strides of the
-// memory descriptors, so no operand is ever copied. Linear layers are matmuls with a bias.
+// memory descriptors, so no operand is ever copied (under precision: bf16, a and b are read from
+// bf16 copies in the same layout, and c stays f32). Linear layers are matmuls with a bias.
 #include <vector>
 
+#include "engine/backend/cpu/cpu_bf16.h"
 #include "engine/backend/cpu/cpu_kernels.h"
 #include "engine/backend/cpu/dnnl_util.h"
 #include "engine/backend/cpu/plan_cache.h"
 
 namespace tandem::backend::cpu {
 namespace {
+
+// The operand as the product reads it: t itself, or its bf16 copy (kept alive in copy).
+memory operand(Ctx& ctx, const memory::desc& md, const Tensor& t, Tensor& copy) {
+  if (md.data.data_type != dnnl_bf16) return make_memory(md, t);
+  copy = bf16_copy(ctx, t);
+  return make_memory(md, copy);
+}
+
+memory::desc typed(const memory::desc& md, bool bf16) { return bf16 ? as_bf16(md) : md; }
 
 struct MatmulPlan {
   memory::desc a_md, b_md, bias_md, c_md;
@@ -29,10 +40,11 @@ void run_matmul(Ctx& ctx, const Tensor& a, const Tensor& b, bool ta, bool tb, co
   static PlanCache<MatmulPlan> cache;
   PlanKey key(1);
   key.add(a.shape().dims()).add(b.shape().dims()).add({ta ? 1 : 0, tb ? 1 : 0, bias.defined() ? 1 : 0});
-  key.add(ctx.num_threads());
+  const bool bf16 = computes_in_bf16(ctx);
+  key.add({ctx.num_threads(), bf16 ? 1 : 0});
   const MatmulPlan& plan = cache.get(key, [&] {
     return dnnl_check("matmul::primitive_desc", {&a, &b, &bias, &c}, [&] {
-      MatmulPlan m{matrix_md(a, ta), matrix_md(b, tb), {}, matrix_md(c, false), {}, {}};
+      MatmulPlan m{typed(matrix_md(a, ta), bf16), typed(matrix_md(b, tb), bf16), {}, matrix_md(c, false), {}, {}};
       if (bias.defined()) {
         m.bias_md = memory::desc({1, c.dim(1)}, memory::data_type::f32, memory::format_tag::ab);
         m.pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(m.a_md, m.b_md, m.bias_md, m.c_md),
@@ -45,8 +57,9 @@ void run_matmul(Ctx& ctx, const Tensor& a, const Tensor& b, bool ta, bool tb, co
       return m;
     });
   });
-  Args args{{DNNL_ARG_SRC, make_memory(plan.a_md, a)},
-            {DNNL_ARG_WEIGHTS, make_memory(plan.b_md, b)},
+  Tensor a16, b16;
+  Args args{{DNNL_ARG_SRC, operand(ctx, plan.a_md, a, a16)},
+            {DNNL_ARG_WEIGHTS, operand(ctx, plan.b_md, b, b16)},
             {DNNL_ARG_DST, make_memory(plan.c_md, c)}};
   if (bias.defined()) args.insert({DNNL_ARG_BIAS, make_memory(plan.bias_md, bias)});
   Tensor scratch = add_scratchpad(ctx, plan.pd, args);
@@ -76,18 +89,22 @@ void batched_matmul(Ctx& ctx, const Tensor& a, const Tensor& b, bool transpose_a
   if (c.numel() == 0) return;
   static PlanCache<BatchedPlan> cache;
   PlanKey key(2);
-  key.add(a.shape().dims()).add(b.shape().dims()).add({transpose_a ? 1 : 0, transpose_b ? 1 : 0, ctx.num_threads()});
+  const bool bf16 = computes_in_bf16(ctx);
+  key.add(a.shape().dims()).add(b.shape().dims());
+  key.add({transpose_a ? 1 : 0, transpose_b ? 1 : 0, ctx.num_threads(), bf16 ? 1 : 0});
   const BatchedPlan& plan = cache.get(key, [&] {
     return dnnl_check("matmul::primitive_desc (batched)", {&a, &b, &c}, [&] {
-      BatchedPlan m{batched_md(a, transpose_a), batched_md(b, transpose_b), batched_md(c, false), {}, {}};
+      BatchedPlan m{typed(batched_md(a, transpose_a), bf16), typed(batched_md(b, transpose_b), bf16),
+                    batched_md(c, false), {}, {}};
       m.pd = dnnl::matmul::primitive_desc(dnnl::matmul::desc(m.a_md, m.b_md, m.c_md), user_scratchpad_attr(),
                                           cpu_engine());
       m.prim = dnnl::matmul(m.pd);
       return m;
     });
   });
-  Args args{{DNNL_ARG_SRC, make_memory(plan.a_md, a)},
-            {DNNL_ARG_WEIGHTS, make_memory(plan.b_md, b)},
+  Tensor a16, b16;
+  Args args{{DNNL_ARG_SRC, operand(ctx, plan.a_md, a, a16)},
+            {DNNL_ARG_WEIGHTS, operand(ctx, plan.b_md, b, b16)},
             {DNNL_ARG_DST, make_memory(plan.c_md, c)}};
   Tensor scratch = add_scratchpad(ctx, plan.pd, args);
   execute("matmul::execute (batched)", {&a, &b, &c}, plan.prim, args);

@@ -43,6 +43,14 @@ std::string CpuReport::fast_precisions() const {
   return "fp32 (bf16 would run 3-4x slower than fp32: no avx512_bf16 or amx_bf16)";
 }
 
+std::string CpuReport::bf16_warning() const {
+  if (fast_bf16()) return {};
+  return fmt::format("precision: bf16 on this CPU ({}) runs 3-4x slower than fp32: it has neither avx512_bf16 nor "
+                     "amx_bf16, so oneDNN emulates bf16{}; set precision: fp32 here, or run on a CPU with them "
+                     "(Intel Cooper Lake, Sapphire Rapids or later; AMD Zen 4 or later)",
+                     model, avx512f ? "" : " (and without avx512f it has only reference kernels)");
+}
+
 CpuReport parse_cpuinfo(const std::string& cpuinfo, int cores) {
   CpuReport r;
   r.model = first_value(cpuinfo, "model name");

@@ -18,6 +18,8 @@ struct CpuReport {
   std::string extensions() const;
   // "fp32; bf16 (avx512_bf16)", or "fp32 (bf16 would run 3-4x slower: no avx512_bf16 or amx_bf16)".
   std::string fast_precisions() const;
+  // Empty where bf16 is fast; else the warning for precision: bf16, naming the missing instructions.
+  std::string bf16_warning() const;
 };
 
 // From /proc/cpuinfo's text: the first processor's model name and flags.
