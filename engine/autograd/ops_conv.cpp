@@ -7,10 +7,12 @@ namespace tandem::autograd {
 Variable conv2d(ExecutionContext& ctx, const Variable& x, const Variable& w, const Variable& b,
                 const Conv2dParams& params) {
   Tensor bias = b.defined() ? b.value() : Tensor();
-  Tensor y = backend::conv2d_forward(ctx, params, x.value(), w.value(), bias);
+  // Under bf16 autocast (where the device takes bf16 operands) x and dy are rounded once, for the
+  // forward and both backwards; x's bf16 copy is what the weight gradient keeps.
+  Tensor xv = backend::bf16_operand(ctx, x.value()), wv = w.value();
+  Tensor y = backend::conv2d_forward(ctx, params, xv, wv, bias);
   std::vector<Variable> inputs{x, w};
   if (b.defined()) inputs.push_back(b);
-  Tensor xv = x.value(), wv = w.value();
   bool need_dx = x.requires_grad(), with_bias = b.defined();
   // After x's gradient (or its undefined place when it went into a fork's sum), w's and b's.
   auto weight_grads = [&ctx, params, xv, wv, with_bias](const Tensor& dy, std::vector<Tensor> grads) {
@@ -19,12 +21,14 @@ Variable conv2d(ExecutionContext& ctx, const Variable& x, const Variable& w, con
     if (with_bias) grads.push_back(std::move(g.db));
     return grads;
   };
-  auto backward = [&ctx, params, xv, wv, need_dx, weight_grads](const Tensor& dy) {
+  auto backward = [&ctx, params, xv, wv, need_dx, weight_grads](const Tensor& dy_f32) {
+    const Tensor dy = backend::bf16_operand(ctx, dy_f32);
     std::vector<Tensor> grads;
     grads.push_back(need_dx ? backend::conv2d_backward_data(ctx, params, dy, wv, xv.shape()) : Tensor());
     return weight_grads(dy, std::move(grads));
   };
-  auto backward_adding = [&ctx, params, wv, weight_grads](const Tensor& dy, Tensor& sum) {
+  auto backward_adding = [&ctx, params, wv, weight_grads](const Tensor& dy_f32, Tensor& sum) {
+    const Tensor dy = backend::bf16_operand(ctx, dy_f32);
     backend::conv2d_backward_data_add(ctx, params, dy, wv, sum);
     return weight_grads(dy, std::vector<Tensor>(1));
   };

@@ -12,6 +12,11 @@ namespace tandem::backend {
 
 
 struct KernelTable {
+  // precision: bf16 on a device that takes bf16 operands: y = x rounded to bf16 (same shape and
+  // format). With it, the convolution entries also take x (forward, backward weights) and dy (both
+  // backwards) as bf16, so a convolution's operands are rounded once (ops.h: bf16_operand). Null:
+  // the device rounds inside each product.
+  void (*to_bf16)(Ctx&, const Tensor& x, Tensor& y) = nullptr;
   // (N, C, H, W) x, (K, C / groups, R, S) w, (K) b or undefined -> (N, K, P, Q) y
   void (*conv2d_forward)(Ctx&, const Conv2dParams&, const Tensor& x, const Tensor& w, const Tensor& b,
                          Tensor& y) = nullptr;

@@ -20,7 +20,24 @@ void check_bn_params(std::string_view op, const Ctx& ctx, const Tensor& x, const
   check_vector(op, "gamma", gamma, ctx, x.dim(1), "channels", "x", x.shape());
 }
 
+// f32, or bf16 where the context computes in bf16 and the device takes bf16 operands.
+DType operand_dtype(const Ctx& ctx, const Tensor& t) {
+  const bool bf16 = t.defined() && t.dtype() == DType::kBF16 && ctx.options().precision == Precision::kBf16 &&
+                    table(ctx).to_bf16 != nullptr;
+  return bf16 ? DType::kBF16 : DType::kF32;
+}
+
 }  // namespace
+
+Tensor bf16_operand(Ctx& ctx, const Tensor& x) {
+  if (ctx.options().precision != Precision::kBf16 || table(ctx).to_bf16 == nullptr || x.dtype() == DType::kBF16) {
+    return x;
+  }
+  check_tensor("bf16_operand", "x", x, ctx, DType::kF32, -1, "");
+  Tensor y = Tensor::empty(x.shape(), DType::kBF16, ctx.device(), x.format());
+  table(ctx).to_bf16(ctx, x, y);
+  return y;
+}
 
 Shape conv2d_output_shape(const Conv2dParams& p, const Shape& x, const Shape& w) {
   check_shape4("conv2d_output_shape", "x", x, kNchw);
@@ -35,7 +52,7 @@ Shape pool2d_output_shape(const Pool2dParams& p, const Shape& x) {
 
 Tensor conv2d_forward(Ctx& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& b) {
   constexpr std::string_view op = "conv2d_forward";
-  check_tensor(op, "x", x, ctx, DType::kF32, 4, kNchw);
+  check_tensor(op, "x", x, ctx, operand_dtype(ctx, x), 4, kNchw);
   check_tensor(op, "w", w, ctx, DType::kF32, 4, kWeights);
   Shape y_shape = conv_output_shape(op, p, x.shape(), "x", w.shape(), "w");
   if (b.defined()) check_vector(op, "b", b, ctx, w.dim(0), "filters", "w", w.shape());
@@ -49,7 +66,7 @@ namespace {
 
 void check_backward_data(std::string_view op, Ctx& ctx, const Conv2dParams& p, const Tensor& dy, const Tensor& w,
                          const Shape& x_shape) {
-  check_tensor(op, "dy", dy, ctx, DType::kF32, 4, "(N, K, P, Q)");
+  check_tensor(op, "dy", dy, ctx, operand_dtype(ctx, dy), 4, "(N, K, P, Q)");
   check_tensor(op, "w", w, ctx, DType::kF32, 4, kWeights);
   check_shape4(op, "x_shape", x_shape, kNchw);
   Shape y_shape = conv_output_shape(op, p, x_shape, "x_shape", w.shape(), "w");
@@ -83,8 +100,8 @@ void conv2d_backward_data_add(Ctx& ctx, const Conv2dParams& p, const Tensor& dy,
 ConvWeightGrads conv2d_backward_weights(Ctx& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& dy,
                                         const Shape& w_shape, bool with_bias) {
   constexpr std::string_view op = "conv2d_backward_weights";
-  check_tensor(op, "x", x, ctx, DType::kF32, 4, kNchw);
-  check_tensor(op, "dy", dy, ctx, DType::kF32, 4, "(N, K, P, Q)");
+  check_tensor(op, "x", x, ctx, operand_dtype(ctx, x), 4, kNchw);
+  check_tensor(op, "dy", dy, ctx, operand_dtype(ctx, dy), 4, "(N, K, P, Q)");
   check_shape4(op, "w_shape", w_shape, kWeights);
   Shape y_shape = conv_output_shape(op, p, x.shape(), "x", w_shape, "w_shape");
   TANDEM_CHECK(dy.shape() == y_shape, ErrorCode::kInvalidArgument,

@@ -15,6 +15,11 @@ namespace tandem::backend {
 Shape conv2d_output_shape(const Conv2dParams& p, const Shape& x, const Shape& w);
 Shape pool2d_output_shape(const Pool2dParams& p, const Shape& x);
 
+// Under precision: bf16, where the device takes bf16 operands (KernelTable::to_bf16): x's bf16 copy,
+// which the convolutions take as x and dy, so that their three passes round each operand once.
+// Otherwise x itself (the device rounds inside each product).
+Tensor bf16_operand(Ctx&, const Tensor& x);
+// x and dy below: f32, or their bf16_operand.
 Tensor conv2d_forward(Ctx&, const Conv2dParams&, const Tensor& x, const Tensor& w, const Tensor& b = {});
 Tensor conv2d_backward_data(Ctx&, const Conv2dParams&, const Tensor& dy, const Tensor& w, const Shape& x_shape);
 // dx_sum += conv2d_backward_data(dy, w, dx_sum's shape): a gradient added into one already there.

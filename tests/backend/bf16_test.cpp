@@ -5,6 +5,8 @@
 // rounding really happened).
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "backend_test_util.h"
 
 namespace tandem::backend::testing {
@@ -77,6 +79,36 @@ TEST_P(Bf16Conv, EveryPassIsBf16ProductsSummedInF32) {
   EXPECT_EQ(g.dw.dtype(), DType::kF32);
   EXPECT_EQ(y.dtype(), DType::kF32);
   EXPECT_EQ(dx.dtype(), DType::kF32);
+
+  // Operands rounded once by the caller (bf16_operand, as autograd does) give the same bits.
+  Tensor x16 = bf16_operand(ctx, tx), dy16 = bf16_operand(ctx, tdy);
+  ASSERT_EQ(x16.dtype(), DType::kBF16);
+  EXPECT_EQ(x16.format(), c.format);
+  EXPECT_EQ(conv2d_forward(ctx, c.p, x16, tw, tb).to_vector(), y.to_vector());
+  EXPECT_EQ(conv2d_backward_data(ctx, c.p, dy16, tw, c.x).to_vector(), dx.to_vector());
+  EXPECT_EQ(conv2d_backward_weights(ctx, c.p, x16, dy16, c.w, true).dw.to_vector(), g.dw.to_vector());
+}
+
+TEST(Bf16Operand, RoundsToNearestEvenKeepsNaNAndIsRefusedOutsideBf16) {
+  ExecutionContext& ctx = bf16_context();
+  std::vector<float> values{1.0f, 1.00390625f, 1.01171875f, -3.14159f, 65504.0f, std::nanf(""), -0.0f, 1e-30f};
+  for (int i = 0; i < 100; ++i) values.push_back(0.37f * static_cast<float>(i) - 11.0f);  // past one 16-wide vector
+  Tensor x = Tensor::from_vector(values, {static_cast<int64_t>(values.size())});
+  Tensor x16 = bf16_operand(ctx, x);
+  ASSERT_EQ(x16.dtype(), DType::kBF16);
+  const auto* bits = static_cast<const uint16_t*>(x16.raw_data());
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (std::isnan(values[i])) {
+      EXPECT_TRUE(std::isnan(bf16_to_float(BFloat16{bits[i]}))) << i;
+    } else if (std::fabs(values[i]) > 1e-37f) {  // the instruction flushes denormals; float_to_bf16 keeps them
+      EXPECT_EQ(bits[i], float_to_bf16(values[i]).bits) << values[i];
+    }
+  }
+  ExecutionContext f32_ctx(Device::cpu(), 2, 1);
+  EXPECT_EQ(bf16_operand(f32_ctx, x).dtype(), DType::kF32);  // an fp32 context rounds nothing
+  Tensor x4 = to_tensor(random_vec(64, 51), {1, 4, 4, 4});
+  expect_error([&] { conv2d_forward(f32_ctx, {}, bf16_operand(ctx, x4), to_tensor(random_vec(16, 52), {1, 4, 2, 2})); },
+               ErrorCode::kInvalidArgument, {"conv2d_forward", "x must be f32"});
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -10,6 +10,7 @@ namespace tandem::backend::cpu {
 const KernelTable& kernel_table() {
   static const KernelTable table = [] {
     KernelTable t;
+    t.to_bf16 = to_bf16;
     t.conv2d_forward = conv2d_forward;
     t.conv2d_backward_data = conv2d_backward_data;
     t.conv2d_backward_data_add = conv2d_backward_data_add;

@@ -10,6 +10,7 @@
 #include <bit>
 #include <cstring>
 
+#include "engine/backend/cpu/cpu_kernels.h"
 #include "engine/backend/cpu/parallel.h"
 
 namespace tandem::backend::cpu {
@@ -66,6 +67,12 @@ Tensor bf16_copy(Ctx& ctx, const Tensor& t) {
   Tensor copy = Tensor::empty(t.shape(), DType::kBF16, ctx.device(), t.format());
   round_to_bf16(ctx, t.data<float>(), static_cast<uint16_t*>(copy.raw_data()), t.numel());
   return copy;
+}
+
+Tensor bf16_of(Ctx& ctx, const Tensor& t) { return t.dtype() == DType::kBF16 ? t : bf16_copy(ctx, t); }
+
+void to_bf16(Ctx& ctx, const Tensor& x, Tensor& y) {
+  round_to_bf16(ctx, x.data<float>(), static_cast<uint16_t*>(y.raw_data()), x.numel());
 }
 
 memory::desc as_bf16(const memory::desc& md) {

@@ -12,6 +12,8 @@ bool computes_in_bf16(const Ctx& ctx);
 
 // A bf16 copy of the f32 tensor t: same shape and memory format, from the caching allocator.
 Tensor bf16_copy(Ctx& ctx, const Tensor& t);
+// t when it is bf16 already (a caller's bf16_operand), else its bf16 copy.
+Tensor bf16_of(Ctx& ctx, const Tensor& t);
 // out[i] = in[i] rounded to the nearest bf16 (ties to even); NaN stays NaN.
 void round_to_bf16(Ctx& ctx, const float* in, uint16_t* out, int64_t n);
 

@@ -23,6 +23,7 @@ dnnl::convolution_forward::primitive_desc forward_pd(const Conv2dParams& p, cons
                                                      const dnnl::primitive_attr& attr) {
   ConvGeometry g = conv_geometry(p);
   memory::desc w_md = any_weights_md(w, p.groups);
+  if (x_md.data.data_type == dnnl_bf16) w_md = as_bf16(w_md);  // bf16 products: bf16 weights too
   auto desc = bias ? dnnl::convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct,
                                                      x_md, w_md, vector_md(w[0]), y_md, g.strides, g.dilates,
                                                      g.pad_l, g.pad_r)
@@ -123,9 +124,11 @@ struct TurnedPlan {
   std::optional<dnnl::reorder> w_reorder;
 };
 
+// dy is f32, or bf16 (precision: bf16: the products in bf16, dx still f32).
 TurnedPlan turned_plan(const Conv2dParams& p, const Tensor& dy, const Shape& w, const Tensor& dx, bool add,
                        bool alias) {
   auto [dy_md, dx_md] = activation_mds(p, dy, dx, alias);
+  if (dy.dtype() == DType::kBF16) dy_md = as_bf16(dy_md);
   Shape turned({w[1], w[0], w[2], w[3]});
   TurnedPlan t{dy_md, dx_md, weights_md(turned, MemoryFormat::kContiguous, 1), {}, {}, {}};
   dnnl::primitive_attr attr = user_scratchpad_attr();
@@ -160,7 +163,8 @@ void turn_weights(const Tensor& w, float* out) {
 void backward_data_turned(Ctx& ctx, const Conv2dParams& p, const Tensor& dy, const Tensor& w, Tensor& dx,
                           bool add) {
   static PlanCache<TurnedPlan> cache;
-  PlanKey key = conv_key(kConvBackwardDataAsForward, ctx, p, dx, w.shape(), w.format(), add);
+  const ConvPlanOp op = dy.dtype() == DType::kBF16 ? kBf16BackwardDataAsForward : kConvBackwardDataAsForward;
+  PlanKey key = conv_key(op, ctx, p, dx, w.shape(), w.format(), add);
   const TurnedPlan& plan = cache.get(key, [&] {
     return dnnl_check("convolution_forward::primitive_desc (backward data)", {&dy, &w, &dx}, [&] {
       return with_fastest_description([&](bool alias) { return turned_plan(p, dy, w.shape(), dx, add, alias); });
@@ -245,12 +249,11 @@ void conv2d_backward_data(Ctx& ctx, const Conv2dParams& p, const Tensor& dy, con
 
 void conv2d_backward_data_add(Ctx& ctx, const Conv2dParams& p, const Tensor& dy, const Tensor& w, Tensor& dx) {
   apply_thread_budget(ctx);
-  if (!computes_in_bf16(ctx) && winograd_suits(p, dx.shape(), w.shape()) &&
-      winograd_backward_data(ctx, p, dy, w, dx, true)) {
-    return;
-  }
-  if (!computes_in_bf16(ctx) && backward_data_as_forward(p, w.shape(), dx.shape())) {
-    return backward_data_turned(ctx, p, dy, w, dx, true);
+  const bool bf16 = computes_in_bf16(ctx);
+  if (!bf16 && winograd_suits(p, dx.shape(), w.shape()) && winograd_backward_data(ctx, p, dy, w, dx, true)) return;
+  // In bf16 too: the sum post-op adds into dx in the same pass (oneDNN's backward data has none).
+  if (backward_data_as_forward(p, w.shape(), dx.shape())) {
+    return backward_data_turned(ctx, p, bf16 ? bf16_of(ctx, dy) : dy, w, dx, true);
   }
   Tensor part = Tensor::empty(dx.shape(), DType::kF32, dx.device(), dx.format());
   conv2d_backward_data(ctx, p, dy, w, part);

@@ -1,4 +1,5 @@
-// Convolutions under precision: bf16. The activations' bf16 copies keep their layout (nchw, nhwc,
+// Convolutions under precision: bf16. x and dy come as bf16 (autograd's bf16_operand, made once for
+// the three passes) or f32 (rounded here). The activations' bf16 copies keep their layout (nchw, nhwc,
 // or nhwc of 16 channels described as the identical nChw16c); one reorder converts the f32 weights
 // and lays them out as the kernel wants; results (y, dx, dw, db) are written in f32 and the bias is
 // added in f32. On AVX512-BF16 these are oneDNN's avx512_core_bf16 kernels, about twice its f32
@@ -109,7 +110,7 @@ void conv2d_forward_bf16(Ctx& ctx, const Conv2dParams& p, const Tensor& x, const
     return dnnl_check("convolution_forward::primitive_desc (bf16)", {&x, &w, &b, &y},
                       [&] { return forward_plan(p, x, w, b.defined(), y); });
   });
-  Tensor x16 = bf16_copy(ctx, x), w_buffer;
+  Tensor x16 = bf16_of(ctx, x), w_buffer;
   Args args{{DNNL_ARG_SRC, make_memory(plan.x16_md, x16)},
             {DNNL_ARG_WEIGHTS, prepared_weights(ctx, plan.w_reorder, plan.user_w_md, plan.pd.weights_desc(), w,
                                                 w_buffer)},
@@ -125,7 +126,7 @@ void conv2d_backward_data_bf16(Ctx& ctx, const Conv2dParams& p, const Tensor& dy
     return dnnl_check("convolution_backward_data::primitive_desc (bf16)", {&dy, &w, &dx},
                       [&] { return backward_data_plan(p, dy, w, dx); });
   });
-  Tensor dy16 = bf16_copy(ctx, dy), w_buffer;
+  Tensor dy16 = bf16_of(ctx, dy), w_buffer;
   Args args{{DNNL_ARG_DIFF_DST, make_memory(plan.dy16_md, dy16)},
             {DNNL_ARG_WEIGHTS, prepared_weights(ctx, plan.w_reorder, plan.user_w_md, plan.pd.weights_desc(), w,
                                                 w_buffer)},
@@ -143,7 +144,7 @@ void conv2d_backward_weights_bf16(Ctx& ctx, const Conv2dParams& p, const Tensor&
         return dnnl_check("convolution_backward_weights::primitive_desc (bf16)", {&x, &dy, &dw, &db},
                           [&] { return backward_weights_plan(p, x, dy, dw, bias); });
       });
-  Tensor x16 = bf16_copy(ctx, x), dy16 = bf16_copy(ctx, dy), dw_buffer;
+  Tensor x16 = bf16_of(ctx, x), dy16 = bf16_of(ctx, dy), dw_buffer;
   memory user_dw = make_memory(plan.user_dw_md, dw);
   memory dw_mem = weight_gradients_target(ctx, plan.dw_reorder, user_dw, plan.pd.diff_weights_desc(), dw_buffer);
   Args args{{DNNL_ARG_SRC, make_memory(plan.x16_md, x16)},

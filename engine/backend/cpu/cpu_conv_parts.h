@@ -21,6 +21,7 @@ enum ConvPlanOp : int64_t {
   kBf16Forward,
   kBf16BackwardData,
   kBf16BackwardWeights,
+  kBf16BackwardDataAsForward,
 };
 
 struct ConvGeometry {

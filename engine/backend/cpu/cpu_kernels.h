@@ -6,7 +6,10 @@
 
 namespace tandem::backend::cpu {
 
-// cpu_conv.cpp
+// cpu_bf16.cpp: y = x rounded to bf16 (precision: bf16)
+void to_bf16(Ctx&, const Tensor& x, Tensor& y);
+
+// cpu_conv.cpp (x and dy f32, or bf16 under precision: bf16)
 void conv2d_forward(Ctx&, const Conv2dParams&, const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y);
 void conv2d_backward_data(Ctx&, const Conv2dParams&, const Tensor& dy, const Tensor& w, Tensor& dx);
 void conv2d_backward_data_add(Ctx&, const Conv2dParams&, const Tensor& dy, const Tensor& w, Tensor& dx);
