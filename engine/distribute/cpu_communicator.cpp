@@ -1,8 +1,11 @@
 // CpuCommunicator: launches queue a collective for this rank's worker thread, which meets the
 // other ranks at the rendezvous and moves the data. All-reduce is reduce-scatter (rank r sums
 // chunk r of every rank's buffer, rank 0 first) then all-gather (each rank copies the others' chunks).
+// bf16 buffers (distribute.allreduce_dtype: bf16) take the same phases at half the bytes: each fold
+// sums in f32, in rank order, and rounds to bf16 once when it stores.
 #include "engine/distribute/cpu_communicator.h"
 
+#include "engine/distribute/bf16_wire.h"
 #include "engine/distribute/cpu_rendezvous.h"
 #include "engine/distribute/process_link.h"
 
@@ -44,6 +47,23 @@ void reduce_chunk(const std::vector<const float*>& src, float* dst, int64_t lo, 
   }
 }
 
+// dst[i] = round(((src[0][i] + src[1][i]) + ...) [/ R]) for i in [lo, hi), the sums in f32.
+void fold_bf16(const std::vector<const uint16_t*>& src, uint16_t* dst, int64_t lo, int64_t hi, ReduceOp op) {
+  const float divisor = static_cast<float>(src.size());
+  float acc[kBlock];
+  for (int64_t begin = lo; begin < hi; begin += kBlock) {
+    const int64_t len = std::min(kBlock, hi - begin);
+    for (int64_t j = 0; j < len; ++j) acc[j] = bf16_wire::widen(src[0][begin + j]);
+    for (size_t q = 1; q < src.size(); ++q) {
+      for (int64_t j = 0; j < len; ++j) acc[j] += bf16_wire::widen(src[q][begin + j]);
+    }
+    if (op == ReduceOp::kAverage) {
+      for (int64_t j = 0; j < len; ++j) acc[j] /= divisor;
+    }
+    for (int64_t j = 0; j < len; ++j) dst[begin + j] = bf16_wire::round(acc[j]);
+  }
+}
+
 void check_cpu_tensor(const Tensor& x, std::string_view what) {
   TANDEM_CHECK(x.defined(), ErrorCode::kInvalidArgument, "{}: the tensor is undefined", what);
   TANDEM_CHECK(x.device().is_cpu(), ErrorCode::kInvalidArgument,
@@ -56,6 +76,7 @@ CpuCommunicator::CpuCommunicator(int rank, std::shared_ptr<detail::Rendezvous> r
                                  bool ordered)
     : rank_(rank), rendezvous_(std::move(rendezvous)), link_(link), ordered_(ordered), queue_(kQueueCapacity) {
   sources_.resize(static_cast<size_t>(rendezvous_->world_size()));
+  sources16_.resize(sources_.size());
   if (link_ != nullptr) base_rank_ = link_->rank() * rendezvous_->world_size();
   worker_ = std::thread([this] { worker_loop(); });
 }
@@ -79,8 +100,8 @@ CpuCommunicator::~CpuCommunicator() {
 
 CollectiveHandle CpuCommunicator::all_reduce_async(const Tensor& x, ReduceOp op, CollectiveTag tag) {
   check_cpu_tensor(x, "all_reduce");
-  TANDEM_CHECK(x.dtype() == DType::kF32, ErrorCode::kInvalidArgument,
-               "all_reduce reduces f32 tensors, got {}", x.describe());
+  TANDEM_CHECK(x.dtype() == DType::kF32 || x.dtype() == DType::kBF16, ErrorCode::kInvalidArgument,
+               "all_reduce reduces f32 or bf16 tensors, got {}", x.describe());
   CollectiveDesc desc{.kind = CollectiveKind::kAllReduce, .op = op, .dtype = x.dtype(), .count = x.numel(),
                       .bucket = tag.bucket};
   return enqueue(desc, x, Tensor());
@@ -183,6 +204,7 @@ void CpuCommunicator::run(const CollectiveDesc& desc) {
 }
 
 void CpuCommunicator::run_all_reduce(const CollectiveDesc& desc) {
+  if (desc.dtype == DType::kBF16) return run_all_reduce_bf16(desc);
   const int ranks = rendezvous_->world_size();
   const int64_t n = desc.count;
   auto chunk_begin = [&](int r) { return n * r / ranks; };
@@ -260,6 +282,55 @@ void CpuCommunicator::reduce_chunk_across(const CollectiveDesc& desc, int64_t lo
   gathered_.resize(static_cast<size_t>(world_size()));
   for (size_t r = 0; r < gathered_.size(); ++r) gathered_[r] = all + r * len;
   reduce_chunk(gathered_, mine, 0, hi - lo, desc.op);
+}
+
+void CpuCommunicator::run_all_reduce_bf16(const detail::CollectiveDesc& desc) {
+  const int ranks = rendezvous_->world_size();
+  const int64_t n = desc.count;
+  auto chunk_begin = [&](int r) { return n * r / ranks; };
+  for (int q = 0; q < ranks; ++q) {
+    sources16_[static_cast<size_t>(q)] = static_cast<const uint16_t*>(rendezvous_->desc(q).data);
+  }
+  auto* mine = static_cast<uint16_t*>(desc.data);
+  if (link_ == nullptr) {
+    fold_bf16(sources16_, mine, chunk_begin(rank_), chunk_begin(rank_ + 1), desc.op);
+  } else {
+    reduce_chunk_across_bf16(desc, chunk_begin(rank_), chunk_begin(rank_ + 1));
+  }
+  rendezvous_->sync(rank_);
+  for (int q = 0; q < ranks; ++q) {
+    if (q == rank_) continue;
+    const int64_t lo = chunk_begin(q), hi = chunk_begin(q + 1);
+    std::memcpy(mine + lo, sources16_[static_cast<size_t>(q)] + lo, static_cast<size_t>(hi - lo) * sizeof(uint16_t));
+  }
+}
+
+void CpuCommunicator::reduce_chunk_across_bf16(const detail::CollectiveDesc& desc, int64_t lo, int64_t hi) {
+  const int local = rendezvous_->world_size();
+  const auto len = static_cast<size_t>(hi - lo);
+  uint16_t* mine = static_cast<uint16_t*>(desc.data) + lo;
+  if (!ordered_) {
+    // Sum inside the process, then Gloo's ring over processes (each hop's sum rounded), then scale.
+    fold_bf16(sources16_, static_cast<uint16_t*>(desc.data), lo, hi, ReduceOp::kSum);
+    across(desc, [&] { link_->all_reduce_sum_bf16(rank_, mine, hi - lo); });
+    if (desc.op == ReduceOp::kAverage) {
+      const auto world = static_cast<float>(world_size());
+      for (size_t i = 0; i < len; ++i) mine[i] = bf16_wire::round(bf16_wire::widen(mine[i]) / world);
+    }
+    return;
+  }
+  // Every rank's chunk from every process, then one fold in global rank order.
+  const size_t piece = len * sizeof(uint16_t) * static_cast<size_t>(local);
+  staging_.resize(piece * static_cast<size_t>(link_->size() + 1));
+  auto* in = reinterpret_cast<uint16_t*>(staging_.data());
+  for (int q = 0; q < local; ++q) {
+    std::memcpy(in + static_cast<size_t>(q) * len, sources16_[static_cast<size_t>(q)] + lo, len * sizeof(uint16_t));
+  }
+  auto* all = reinterpret_cast<uint16_t*>(staging_.data() + piece);
+  across(desc, [&] { link_->all_gather(rank_, in, all, piece); });
+  gathered16_.resize(static_cast<size_t>(world_size()));
+  for (size_t r = 0; r < gathered16_.size(); ++r) gathered16_[r] = all + r * len;
+  fold_bf16(gathered16_, mine, 0, hi - lo, desc.op);
 }
 
 void CpuCommunicator::broadcast_across(const CollectiveDesc& desc) {

@@ -63,6 +63,9 @@ class CpuCommunicator final : public Communicator {
   // The cross-process phases (link_ set): this rank's chunk summed over processes, or gathered and
   // summed in global rank order (ordered_); the broadcast and all-gather through local rank 0.
   void reduce_chunk_across(const detail::CollectiveDesc& desc, int64_t lo, int64_t hi);
+  // The same for bf16 buffers (distribute.allreduce_dtype: bf16; cpu_communicator_bf16.cpp).
+  void run_all_reduce_bf16(const detail::CollectiveDesc& desc);
+  void reduce_chunk_across_bf16(const detail::CollectiveDesc& desc, int64_t lo, int64_t hi);
   void broadcast_across(const detail::CollectiveDesc& desc);
   void all_gather_across(const detail::CollectiveDesc& desc);
   // Runs a cross-process call; its failure stops the local ranks too and names the collective.
@@ -80,6 +83,7 @@ class CpuCommunicator final : public Communicator {
   std::mutex mutex_;
   std::condition_variable changed_;
   std::vector<const float*> sources_;  // all_reduce: each rank's buffer, sized once
+  std::vector<const uint16_t*> sources16_, gathered16_;  // the same of a bf16 all_reduce
   std::vector<Work> queue_;  // a ring of kQueueCapacity, so launching allocates nothing
   uint64_t launched_ = 0;    // sequence of the last launched collective
   uint64_t completed_ = 0;   // every collective up to this one has finished (or failed)

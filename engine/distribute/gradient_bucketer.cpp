@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "engine/distribute/bf16_wire.h"
+
 namespace tandem::distribute {
 
 std::vector<Bucket> plan_buckets(const std::vector<int64_t>& param_numel, const BucketOptions& options) {
@@ -37,6 +39,7 @@ struct GradientBucketer::State {
   std::vector<Bucket> buckets;
   std::vector<int> bucket_of, slot_of;  // per parameter: its bucket and its position there
   std::vector<Tensor> flat;             // per bucket: the flat buffer all-reduced in place
+  std::vector<Tensor> wire;             // per bucket: its bf16 copy, all-reduced instead (wire_dtype bf16)
   std::vector<Tensor> reduced;          // per parameter: its reduced gradient, handed to the optimizer
   std::vector<CollectiveHandle> handles;
   // Per step:
@@ -109,7 +112,14 @@ void GradientBucketer::State::fill_missing() {
 void GradientBucketer::State::launch_in_order() {
   while (next_launch < buckets.size() && pending[next_launch] == 0) {
     CollectiveTag tag{.bucket = static_cast<int>(next_launch), .after = ctx->device().is_cpu() ? nullptr : &ctx->stream()};
-    handles[next_launch] = comm->all_reduce_async(flat[next_launch], options.op, tag);
+    const Tensor& f = flat[next_launch];
+    if (wire.empty()) {
+      handles[next_launch] = comm->all_reduce_async(f, options.op, tag);
+    } else {
+      const Tensor& w = wire[next_launch];
+      bf16_wire::round_all(f.data<float>(), static_cast<uint16_t*>(w.raw_data()), f.numel());
+      handles[next_launch] = comm->all_reduce_async(w, options.op, tag);
+    }
     ++next_launch;
   }
 }
@@ -129,6 +139,11 @@ GradientBucketer::GradientBucketer(Communicator& comm, ExecutionContext& ctx,
   s.comm = &comm;
   s.ctx = &ctx;
   s.options = options;
+  TANDEM_CHECK(options.wire_dtype == DType::kF32 || (options.wire_dtype == DType::kBF16 && ctx.device().is_cpu()),
+               ErrorCode::kInvalidArgument,
+               "gradients are all-reduced in f32, or in bf16 between CPU replicas; got {} on {} (bf16 over NCCL is "
+               "not there yet: use f32)",
+               dtype_name(options.wire_dtype), ctx.device().str());
   std::vector<int64_t> numel;
   for (auto& [name, v] : parameters) {
     TANDEM_CHECK(v.requires_grad() && v.value().dtype() == DType::kF32 && v.value().device() == ctx.device(),
@@ -148,6 +163,7 @@ GradientBucketer::GradientBucketer(Communicator& comm, ExecutionContext& ctx,
       s.slot_of[static_cast<size_t>(s.buckets[b].params[k])] = static_cast<int>(k);
     }
     s.flat.push_back(Tensor::zeros({s.buckets[b].numel}, DType::kF32, ctx.device()));
+    if (options.wire_dtype == DType::kBF16) s.wire.push_back(Tensor::zeros({s.buckets[b].numel}, DType::kBF16));
   }
   for (auto& v : s.params) s.reduced.push_back(Tensor::zeros(v.value().shape(), DType::kF32, ctx.device()));
   s.handles.resize(s.buckets.size());
@@ -194,6 +210,10 @@ void GradientBucketer::finish(const std::function<void(const std::vector<int>&)>
         s.handles[b].wait_on(s.ctx->stream());
       }
       if (on_wait) on_wait(false);
+      if (!s.wire.empty()) {
+        bf16_wire::widen_all(static_cast<const uint16_t*>(s.wire[b].raw_data()), s.flat[b].data<float>(),
+                             s.flat[b].numel());
+      }
       for (int p : s.buckets[b].params) {
         auto i = static_cast<size_t>(p);
         s.copy(s.reduced[i].raw_data(), s.slot_ptr(p), s.reduced[i].nbytes());

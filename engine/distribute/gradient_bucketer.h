@@ -21,6 +21,9 @@ struct BucketOptions {
   // The loss contract: each replica's loss is divided by the global batch and the gradients are
   // summed, so kSum by default; kAverage when each replica's loss is a mean over its own batch.
   ReduceOp op = ReduceOp::kSum;
+  // kBF16 (distribute.allreduce_dtype: bf16): each bucket is rounded to bf16 for its all-reduce,
+  // half the bytes, and widened back to f32 after it; CPU replicas only for now.
+  DType wire_dtype = DType::kF32;
 };
 
 // One bucket: parameters (indices into the list given) in the order their gradients are packed.

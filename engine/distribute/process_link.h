@@ -48,6 +48,8 @@ class ProcessLink {
   // Each call blocks its thread until every process made the same call on the same channel.
   // data[i] = the sum over processes (in place).
   void all_reduce_sum(int channel, float* data, int64_t count);
+  // The same of bf16 values (uint16_t bits): each hop adds in f32 and rounds the sum to bf16.
+  void all_reduce_sum_bf16(int channel, uint16_t* data, int64_t count);
   // out = every process's `bytes` bytes of in, in process order.
   void all_gather(int channel, const void* in, void* out, size_t bytes);
   void broadcast(int channel, void* data, size_t bytes, int root);

@@ -184,6 +184,7 @@ Keys distribute_keys(DistributeConfig& d) {
       {"sync_batchnorm", [&](auto& n, auto& p) { d.sync_batchnorm = as_bool(n, p); }},
       {"first_bucket_mb", [&](auto& n, auto& p) { d.first_bucket_mb = as_number(n, p, 0.001, 4096.0); }},
       {"bucket_cap_mb", [&](auto& n, auto& p) { d.bucket_cap_mb = as_number(n, p, 0.001, 4096.0); }},
+      {"allreduce_dtype", [&](auto& n, auto& p) { d.allreduce_dtype = one_of(n, p, {"fp32", "bf16"}); }},
       {"watchdog_timeout_s", [&](auto& n, auto& p) { d.watchdog_timeout_s = as_number(n, p, 0.1, 86400.0); }},
       {"checksum_every_steps", [&](auto& n, auto& p) { d.checksum_every_steps = as_int(n, p, 0); }},
       {"processes", [&](auto& n, auto& p) { d.processes = as_int(n, p, 0); }},

@@ -31,6 +31,7 @@ distribute::BucketOptions bucket_options(const DistributeConfig& d) {
   o.first_bucket_bytes = static_cast<size_t>(d.first_bucket_mb * (1 << 20));
   o.bucket_bytes = static_cast<size_t>(d.bucket_cap_mb * (1 << 20));
   o.op = distribute::ReduceOp::kSum;  // the loss is already divided by the global batch
+  o.wire_dtype = d.allreduce_dtype == "bf16" ? DType::kBF16 : DType::kF32;
   return o;
 }
 

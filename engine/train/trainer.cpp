@@ -80,6 +80,10 @@ void check_setup(const TrainerSetup& s) {
                 k, per_replica, s.plan.global_batch_size, s.plan.replicas(), unit, lower > 0 ? lower : unit,
                 lower + unit);
   }
+  TANDEM_CHECK(first.is_cpu() || s.config.distribute.allreduce_dtype == "fp32", ErrorCode::kInvalidArgument,
+               "distribute.allreduce_dtype: bf16 runs between CPU replicas only for now (NCCL's bf16 all-reduce is not "
+               "wired yet): remove it, or set it to fp32, for {}",
+               first.str());
   TANDEM_CHECK(!first.is_cpu() || s.config.precision != "tf32", ErrorCode::kInvalidArgument,
                "precision: tf32 needs GPU replicas (TF32 is a tensor-core format; CPUs have none): set precision: fp32 "
                "or bf16 on the CPU, or device: cuda");

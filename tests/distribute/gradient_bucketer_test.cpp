@@ -78,7 +78,10 @@ Tensor rank_input(int rank, int step) {
   return x;
 }
 
-void check_reduction(int ranks, ReduceOp op) {
+float to_bf16_and_back(float x) { return bf16_to_float(float_to_bf16(x)); }
+
+// wire kBF16: each replica's gradient rounded to bf16, summed in f32 in rank order, rounded once.
+void check_reduction(int ranks, ReduceOp op, DType wire = DType::kF32) {
   CpuCommunicatorGroup group(ranks, CommunicatorOptions{20s});
   auto models = replicas(ranks);
   constexpr int kSteps = 3;
@@ -89,7 +92,8 @@ void check_reduction(int ranks, ReduceOp op) {
     ExecutionContext ctx(Device::cpu(), 1);
     auto& model = *models[static_cast<size_t>(r)];
     GradientBucketer bucketer(group.communicator(r), ctx, model.named_parameters(),
-                              BucketOptions{.first_bucket_bytes = 1000, .bucket_bytes = 20000, .op = op});
+                              BucketOptions{.first_bucket_bytes = 1000, .bucket_bytes = 20000, .op = op,
+                                            .wire_dtype = wire});
     for (int s = 0; s < kSteps; ++s) {
       group.communicator(r).set_step(s);
       model.zero_grad();
@@ -102,12 +106,18 @@ void check_reduction(int ranks, ReduceOp op) {
   }));
   for (int s = 0; s < kSteps; ++s) {
     for (size_t p = 0; p < own[s][0].size(); ++p) {
-      std::vector<float> expected = own[s][0][p];
+      const bool bf16 = wire == DType::kBF16;
+      auto sent = [&](int r, size_t i) { return bf16 ? to_bf16_and_back(own[s][r][p][i]) : own[s][r][p][i]; };
+      std::vector<float> expected(own[s][0][p].size());
+      for (size_t i = 0; i < expected.size(); ++i) expected[i] = sent(0, i);
       for (int r = 1; r < ranks; ++r) {
-        for (size_t i = 0; i < expected.size(); ++i) expected[i] += own[s][r][p][i];
+        for (size_t i = 0; i < expected.size(); ++i) expected[i] += sent(r, i);
       }
       if (op == ReduceOp::kAverage) {
         for (auto& v : expected) v /= static_cast<float>(ranks);
+      }
+      if (bf16) {
+        for (auto& v : expected) v = to_bf16_and_back(v);
       }
       for (int r = 0; r < ranks; ++r) {
         ASSERT_EQ(0, std::memcmp(expected.data(), reduced[s][r][p].data(), expected.size() * sizeof(float)))
@@ -144,6 +154,23 @@ TEST(GradientBucketer, HandsOverEachBucketInLaunchOrderAsItCompletes) {
 
 TEST(GradientBucketer, SumsEveryReplicasGradientsInRankOrder) { check_reduction(3, ReduceOp::kSum); }
 TEST(GradientBucketer, AveragesWhenAsked) { check_reduction(2, ReduceOp::kAverage); }
+TEST(GradientBucketer, InBf16SumsTheRoundedGradientsInF32AndRoundsOnce) {
+  check_reduction(3, ReduceOp::kSum, DType::kBF16);
+  check_reduction(2, ReduceOp::kAverage, DType::kBF16);
+}
+TEST(GradientBucketer, Bf16OnTheWireIsRefusedOffTheCpuAndOtherTypesEverywhere) {
+  CpuCommunicatorGroup group(1);
+  ExecutionContext ctx(Device::cpu(), 1);
+  auto model = mlp();
+  try {
+    GradientBucketer bucketer(group.communicator(0), ctx, model->named_parameters(),
+                              BucketOptions{.wire_dtype = DType::kF16});
+    FAIL() << "f16 on the wire was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("in f32, or in bf16 between CPU replicas; got f16"), std::string::npos)
+        << e.what();
+  }
+}
 TEST(GradientBucketer, OneReplicaKeepsItsGradients) { check_reduction(1, ReduceOp::kSum); }
 
 // Uses `extra` only when told: a parameter that gets no gradient on some replica.

@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -123,15 +125,26 @@ std::vector<float> values(int rank, int64_t n) {
 }
 
 struct Results {
-  std::vector<std::vector<float>> reduced, averaged, broadcast, gathered;
+  std::vector<std::vector<float>> reduced, averaged, broadcast, gathered, reduced_bf16, averaged_bf16;
 };
+
+// x's values as bf16 (each rounded to nearest even), then all-reduced in bf16; widened back.
+std::vector<float> all_reduce_bf16(CpuCommunicator& c, const std::vector<float>& x, ReduceOp op) {
+  Tensor t = Tensor::empty({static_cast<int64_t>(x.size())}, DType::kBF16);
+  auto* bits = static_cast<uint16_t*>(t.raw_data());
+  for (size_t i = 0; i < x.size(); ++i) bits[i] = float_to_bf16(x[i]).bits;
+  c.all_reduce(t, op);
+  std::vector<float> out(x.size());
+  for (size_t i = 0; i < x.size(); ++i) out[i] = bf16_to_float(BFloat16{bits[i]});
+  return out;
+}
 
 // The collectives of `world` ranks: P processes of L ranks each (link), or one process of all.
 Results run_collectives(int processes, int local, bool ordered, int64_t n) {
   const int world = processes * local;
   Results out;
   out.reduced.resize(static_cast<size_t>(world));
-  out.averaged = out.broadcast = out.gathered = out.reduced;
+  out.averaged = out.broadcast = out.gathered = out.reduced_bf16 = out.averaged_bf16 = out.reduced;
   auto body = [&](CpuCommunicatorGroup& group, int base, ProcessLink* link) {
     expect_no_errors(run_ranks(local, [&](int l) {
       CpuCommunicator& c = group.communicator(l);
@@ -150,6 +163,8 @@ Results run_collectives(int processes, int local, bool ordered, int64_t n) {
       Tensor all = Tensor::zeros({world * 3}, DType::kF32);
       c.all_gather(Tensor::from_vector(values(g, 3), Shape{3}), all);
       out.gathered[static_cast<size_t>(g)] = all.to_vector();
+      out.reduced_bf16[static_cast<size_t>(g)] = all_reduce_bf16(c, values(g, n), ReduceOp::kSum);
+      out.averaged_bf16[static_cast<size_t>(g)] = all_reduce_bf16(c, values(g, n), ReduceOp::kAverage);
     }));
     if (link != nullptr) link->barrier(0);  // every process is through before any leaves
   };
@@ -181,6 +196,8 @@ TEST(ProcessLink, TwoProcessesOfOneRankEqualOneProcessOfTwoBitForBit) {
     EXPECT_EQ(two.averaged, one.averaged);
     EXPECT_EQ(two.broadcast, one.broadcast);
     EXPECT_EQ(two.gathered, one.gathered);
+    EXPECT_EQ(two.reduced_bf16, one.reduced_bf16) << "ordered " << ordered;
+    EXPECT_EQ(two.averaged_bf16, one.averaged_bf16);
   }
 }
 
@@ -192,6 +209,8 @@ TEST(ProcessLink, TwoProcessesOfTwoRanksEqualOneProcessOfFourOrderedAndCloseOthe
   EXPECT_EQ(ordered.averaged, one.averaged);
   EXPECT_EQ(ordered.broadcast, one.broadcast);
   EXPECT_EQ(ordered.gathered, one.gathered);
+  EXPECT_EQ(ordered.reduced_bf16, one.reduced_bf16);
+  EXPECT_EQ(ordered.averaged_bf16, one.averaged_bf16);
   Results ring = run_collectives(2, 2, false, 3001);
   for (int r = 0; r < 4; ++r) {
     EXPECT_EQ(ring.reduced[static_cast<size_t>(r)], ring.reduced[0]) << "every rank holds the same bits";
@@ -201,6 +220,20 @@ TEST(ProcessLink, TwoProcessesOfTwoRanksEqualOneProcessOfFourOrderedAndCloseOthe
   }
   EXPECT_EQ(ring.broadcast, one.broadcast);
   EXPECT_EQ(ring.gathered, one.gathered);
+  // bf16 on the ring: one rounding per hop, the same bits everywhere, within a few bf16 steps of
+  // the single process's sum (values about 100: bf16 spacing 0.5 there, sums up to about 400).
+  double worst = 0;
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(ring.reduced_bf16[static_cast<size_t>(r)], ring.reduced_bf16[0]) << "every rank holds the same bits";
+    EXPECT_EQ(ring.averaged_bf16[static_cast<size_t>(r)], ring.averaged_bf16[0]);
+  }
+  double largest = 0;
+  for (size_t i = 0; i < ring.reduced_bf16[0].size(); ++i) {
+    largest = std::max(largest, std::fabs(double{one.reduced_bf16[0][i]}));
+    worst = std::max(worst, std::fabs(double{ring.reduced_bf16[0][i]} - one.reduced_bf16[0][i]));
+  }
+  EXPECT_LT(worst / largest, 3 * 0.0078125);  // three roundings of at most 2^-7 of the largest sum
+  EXPECT_GT(worst, 0.0) << "the ring rounded exactly as the single fold: was it in bf16?";
 }
 
 TEST(Rendezvous, AProcessThatFailsIsNamedWithItsReason) {

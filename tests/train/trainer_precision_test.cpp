@@ -53,6 +53,42 @@ TEST_F(TrainerTest, ABf16RunResumesInF32AndAgainInBf16) {
   EXPECT_LT(max_relative_difference(straight, resumed), 0.05);
 }
 
+// distribute.allreduce_dtype: bf16: two replicas reduce their gradients in bf16, stay bitwise equal
+// (train() checks every replica's weights), and end close to the f32 reduction's run, not on it.
+TEST_F(TrainerTest, TwoReplicasAllReducingInBf16TrainAsInF32) {
+  TrainConfig c = base_config(dir_);
+  c.loop.epochs = 4;
+  auto source = [&](int r) { return std::make_unique<SliceSource>(data_, r, 2, 4); };
+  TrainedRun f32 = train(c, 2, source);
+  c.distribute.allreduce_dtype = "bf16";
+  c.checkpoint.dir = (dir_ / "bf16-wire").string();
+  TrainedRun bf16 = train(c, 2, source);
+  EXPECT_EQ(bf16.summary.steps, f32.summary.steps);
+  EXPECT_NEAR(bf16.summary.final_metrics.at("train_loss"), f32.summary.final_metrics.at("train_loss"), 0.05);
+  const double apart = max_relative_difference(f32, bf16);
+  EXPECT_GT(apart, 0.0) << "the gradients were not rounded to bf16";
+  EXPECT_LT(apart, 0.05);
+}
+
+TEST_F(TrainerTest, Bf16AllReduceOnGpuReplicasIsRefusedBeforeAnythingRuns) {
+  TrainConfig c = base_config(dir_);
+  c.distribute.allreduce_dtype = "bf16";
+  TrainerSetup setup;
+  setup.config = c;
+  setup.plan.devices = {Device::cuda(0)};
+  setup.plan.global_batch_size = setup.plan.per_replica_batch_size = 8;
+  setup.make_model = [&] { return models::create_model(c.model); };
+  setup.train_sources.push_back(std::make_unique<SliceSource>(data_, 0, 1, 8));
+  try {
+    Trainer trainer(std::move(setup));
+    FAIL() << "bf16 all-reduce between GPU replicas was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("allreduce_dtype: bf16 runs between CPU replicas only"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST_F(TrainerTest, Tf32OnTheCpuIsRefusedNamingWhatRunsThere) {
   TrainConfig c = base_config(dir_);
   c.precision = "tf32";

@@ -17,32 +17,6 @@ namespace {
 using dnnl::algorithm;
 using dnnl::prop_kind;
 
-// The forward descriptor: the plan itself for the forward pass, the hint for the backward ones.
-dnnl::convolution_forward::primitive_desc forward_pd(const Conv2dParams& p, const memory::desc& x_md,
-                                                     const Shape& w, const memory::desc& y_md, bool bias,
-                                                     const dnnl::primitive_attr& attr) {
-  ConvGeometry g = conv_geometry(p);
-  memory::desc w_md = any_weights_md(w, p.groups);
-  if (x_md.data.data_type == dnnl_bf16) w_md = as_bf16(w_md);  // bf16 products: bf16 weights too
-  auto desc = bias ? dnnl::convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct,
-                                                     x_md, w_md, vector_md(w[0]), y_md, g.strides, g.dilates,
-                                                     g.pad_l, g.pad_r)
-                   : dnnl::convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct,
-                                                     x_md, w_md, y_md, g.strides, g.dilates, g.pad_l, g.pad_r);
-  return dnnl::convolution_forward::primitive_desc(desc, attr, cpu_engine());
-}
-
-// The two activations' descriptors (x and y, or dx and dy): both as nChw16c where that is their
-// very memory, else both as they lie (oneDNN has only reference kernels for mixed layouts).
-std::pair<memory::desc, memory::desc> activation_mds(const Conv2dParams& p, const Tensor& a, const Tensor& b,
-                                                     bool alias) {
-  if (alias && p.groups == 1 && is_blocked16_alias(a.shape(), a.format()) &&
-      is_blocked16_alias(b.shape(), b.format())) {
-    return {fastest_activation_md(a.shape(), a.format()), fastest_activation_md(b.shape(), b.format())};
-  }
-  return {activation_md(a.shape(), a.format()), activation_md(b.shape(), b.format())};
-}
-
 bool is_reference(const dnnl::primitive_desc_base& pd) { return std::strncmp(pd.impl_info_str(), "ref", 3) == 0; }
 
 // Makes the plan with the blocked description of the activations first; should oneDNN offer only

@@ -14,30 +14,8 @@ namespace tandem::backend::cpu {
 namespace {
 
 using dnnl::algorithm;
-using dnnl::prop_kind;
-
-// (x or dx, y or dy) as they lie, or both as nChw16c where that is their memory.
-std::pair<memory::desc, memory::desc> activations(const Conv2dParams& p, const Tensor& a, const Tensor& b) {
-  if (p.groups == 1 && is_blocked16_alias(a.shape(), a.format()) && is_blocked16_alias(b.shape(), b.format())) {
-    return {fastest_activation_md(a.shape(), a.format()), fastest_activation_md(b.shape(), b.format())};
-  }
-  return {activation_md(a.shape(), a.format()), activation_md(b.shape(), b.format())};
-}
 
 memory::desc any_bf16_weights(const Shape& w, int64_t groups) { return as_bf16(any_weights_md(w, groups)); }
-
-// The bf16 forward descriptor: x bf16, y in y_type; the plan of the forward pass, the hint of the backward ones.
-dnnl::convolution_forward::primitive_desc forward_pd(const Conv2dParams& p, const memory::desc& x16,
-                                                     const Shape& w, const memory::desc& y_md, bool bias) {
-  ConvGeometry g = conv_geometry(p);
-  memory::desc w16 = any_bf16_weights(w, p.groups);
-  auto desc = bias ? dnnl::convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct, x16,
-                                                     w16, vector_md(w[0]), y_md, g.strides, g.dilates, g.pad_l,
-                                                     g.pad_r)
-                   : dnnl::convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct, x16,
-                                                     w16, y_md, g.strides, g.dilates, g.pad_l, g.pad_r);
-  return dnnl::convolution_forward::primitive_desc(desc, user_scratchpad_attr(), cpu_engine());
-}
 
 struct ForwardPlan {
   memory::desc x16_md, y_md, user_w_md;
@@ -61,18 +39,18 @@ struct BackwardWeightsPlan {
 };
 
 ForwardPlan forward_plan(const Conv2dParams& p, const Tensor& x, const Tensor& w, bool bias, const Tensor& y) {
-  auto [x_md, y_md] = activations(p, x, y);
+  auto [x_md, y_md] = activation_mds(p, x, y, true);
   ForwardPlan f{as_bf16(x_md), y_md, weights_md(w.shape(), w.format(), p.groups), {}, {}, {}};
-  f.pd = forward_pd(p, f.x16_md, w.shape(), f.y_md, bias);
+  f.pd = forward_pd(p, f.x16_md, w.shape(), f.y_md, bias, user_scratchpad_attr());
   f.prim = dnnl::convolution_forward(f.pd);
   f.w_reorder = reorder_if_needed(f.user_w_md, f.pd.weights_desc());
   return f;
 }
 
 BackwardDataPlan backward_data_plan(const Conv2dParams& p, const Tensor& dy, const Tensor& w, const Tensor& dx) {
-  auto [dx_md, dy_md] = activations(p, dx, dy);
+  auto [dx_md, dy_md] = activation_mds(p, dx, dy, true);
   BackwardDataPlan d{dx_md, as_bf16(dy_md), weights_md(w.shape(), w.format(), p.groups), {}, {}, {}};
-  auto hint = forward_pd(p, as_bf16(dx_md), w.shape(), d.dy16_md, false);
+  auto hint = forward_pd(p, as_bf16(dx_md), w.shape(), d.dy16_md, false, dnnl::primitive_attr());
   ConvGeometry g = conv_geometry(p);
   dnnl::convolution_backward_data::desc desc(algorithm::convolution_direct, d.dx_md,
                                              any_bf16_weights(w.shape(), p.groups), d.dy16_md, g.strides, g.dilates,
@@ -85,9 +63,9 @@ BackwardDataPlan backward_data_plan(const Conv2dParams& p, const Tensor& dy, con
 
 BackwardWeightsPlan backward_weights_plan(const Conv2dParams& p, const Tensor& x, const Tensor& dy, const Tensor& dw,
                                           bool bias) {
-  auto [x_md, dy_md] = activations(p, x, dy);
+  auto [x_md, dy_md] = activation_mds(p, x, dy, true);
   BackwardWeightsPlan b{as_bf16(x_md), as_bf16(dy_md), weights_md(dw.shape(), dw.format(), p.groups), {}, {}, {}};
-  auto hint = forward_pd(p, b.x16_md, dw.shape(), b.dy16_md, bias);
+  auto hint = forward_pd(p, b.x16_md, dw.shape(), b.dy16_md, bias, dnnl::primitive_attr());
   ConvGeometry g = conv_geometry(p);
   memory::desc dw_md = any_weights_md(dw.shape(), p.groups);  // f32: the gradients stay f32
   auto desc = bias ? dnnl::convolution_backward_weights::desc(algorithm::convolution_direct, b.x16_md, dw_md,

@@ -1,6 +1,8 @@
 // The shared pieces of the CPU convolutions (cpu_conv_parts.h).
 #include "engine/backend/cpu/cpu_conv_parts.h"
 
+#include "engine/backend/cpu/cpu_bf16.h"
+
 namespace tandem::backend::cpu {
 
 ConvGeometry conv_geometry(const Conv2dParams& p) {
@@ -15,6 +17,30 @@ ConvGeometry conv_geometry(const Conv2dParams& p) {
 memory::desc any_weights_md(const Shape& w, int64_t groups) {
   memory::dims dims = groups == 1 ? to_dims(w.dims()) : memory::dims{groups, w[0] / groups, w[1], w[2], w[3]};
   return memory::desc(dims, memory::data_type::f32, memory::format_tag::any);
+}
+
+dnnl::convolution_forward::primitive_desc forward_pd(const Conv2dParams& p, const memory::desc& x_md,
+                                                     const Shape& w, const memory::desc& y_md, bool bias,
+                                                     const dnnl::primitive_attr& attr) {
+  ConvGeometry g = conv_geometry(p);
+  memory::desc w_md = any_weights_md(w, p.groups);
+  if (x_md.data.data_type == dnnl_bf16) w_md = as_bf16(w_md);  // bf16 products: bf16 weights too
+  const auto prop = dnnl::prop_kind::forward_training;
+  const auto direct = dnnl::algorithm::convolution_direct;
+  auto desc = bias ? dnnl::convolution_forward::desc(prop, direct, x_md, w_md, vector_md(w[0]), y_md, g.strides,
+                                                     g.dilates, g.pad_l, g.pad_r)
+                   : dnnl::convolution_forward::desc(prop, direct, x_md, w_md, y_md, g.strides, g.dilates, g.pad_l,
+                                                     g.pad_r);
+  return dnnl::convolution_forward::primitive_desc(desc, attr, cpu_engine());
+}
+
+std::pair<memory::desc, memory::desc> activation_mds(const Conv2dParams& p, const Tensor& a, const Tensor& b,
+                                                     bool alias) {
+  if (alias && p.groups == 1 && is_blocked16_alias(a.shape(), a.format()) &&
+      is_blocked16_alias(b.shape(), b.format())) {
+    return {fastest_activation_md(a.shape(), a.format()), fastest_activation_md(b.shape(), b.format())};
+  }
+  return {activation_md(a.shape(), a.format()), activation_md(b.shape(), b.format())};
 }
 
 PlanKey conv_key(ConvPlanOp op, const Ctx& ctx, const Conv2dParams& p, const Tensor& act, const Shape& w,

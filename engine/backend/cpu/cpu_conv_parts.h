@@ -4,6 +4,7 @@
 #pragma once
 
 #include <optional>
+#include <utility>
 
 #include "engine/backend/cpu/dnnl_util.h"
 #include "engine/backend/cpu/plan_cache.h"
@@ -31,6 +32,17 @@ ConvGeometry conv_geometry(const Conv2dParams& p);
 
 // Weights of any layout, grouped when groups > 1: oneDNN chooses.
 memory::desc any_weights_md(const Shape& w, int64_t groups);
+
+// The forward descriptor (the plan of a forward pass, the hint of the backward ones); x_md bf16
+// makes the weights bf16 too (precision: bf16), y_md stays as given.
+dnnl::convolution_forward::primitive_desc forward_pd(const Conv2dParams& p, const memory::desc& x_md,
+                                                     const Shape& w, const memory::desc& y_md, bool bias,
+                                                     const dnnl::primitive_attr& attr);
+// The two activations' descriptors (x and y, or dx and dy), f32: both as nChw16c where alias is set
+// and that is their very memory, else both as they lie (oneDNN has only reference kernels for
+// mixed layouts).
+std::pair<memory::desc, memory::desc> activation_mds(const Conv2dParams& p, const Tensor& a, const Tensor& b,
+                                                     bool alias);
 
 // The plan's key: op, activation shape and format, weight shape and format, parameters, the
 // thread budget, and flag (with a bias, or adding into the result).

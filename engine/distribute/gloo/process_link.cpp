@@ -2,6 +2,8 @@
 // gloo::rendezvous::Context per channel, all bootstrapped through Tandem's rendezvous store.
 #include "engine/distribute/process_link.h"
 
+#include "engine/distribute/bf16_wire.h"
+
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
@@ -108,6 +110,22 @@ void ProcessLink::all_reduce_sum(int channel, float* data, int64_t count) {
     gloo::AllreduceOptions opts(impl_->shared(channel));
     opts.setOutput(data, static_cast<size_t>(count));
     opts.setReduceFunction([](void* c, const void* a, const void* b, size_t n) { gloo::sum<float>(c, a, b, n); });
+    opts.setTimeout(impl_->options.timeout);
+    gloo::allreduce(opts);
+  }, *this);
+}
+
+void ProcessLink::all_reduce_sum_bf16(int channel, uint16_t* data, int64_t count) {
+  if (count == 0) return;
+  impl_->run("all_reduce (bf16)", [&] {
+    gloo::AllreduceOptions opts(impl_->shared(channel));
+    opts.setOutput(data, static_cast<size_t>(count));
+    opts.setReduceFunction([](void* c, const void* a, const void* b, size_t n) {
+      auto* out = static_cast<uint16_t*>(c);
+      const auto* x = static_cast<const uint16_t*>(a);
+      const auto* y = static_cast<const uint16_t*>(b);
+      for (size_t i = 0; i < n; ++i) out[i] = bf16_wire::round(bf16_wire::widen(x[i]) + bf16_wire::widen(y[i]));
+    });
     opts.setTimeout(impl_->options.timeout);
     gloo::allreduce(opts);
   }, *this);

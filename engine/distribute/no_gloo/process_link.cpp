@@ -24,6 +24,7 @@ const std::vector<std::string>& ProcessLink::hosts() const {
 }
 bootstrap::Client& ProcessLink::rendezvous() { throw Error(ErrorCode::kUnavailable, "no Gloo in this build"); }
 void ProcessLink::all_reduce_sum(int, float*, int64_t) {}
+void ProcessLink::all_reduce_sum_bf16(int, uint16_t*, int64_t) {}
 void ProcessLink::all_gather(int, const void*, void*, size_t) {}
 void ProcessLink::broadcast(int, void*, size_t, int) {}
 void ProcessLink::barrier(int) {}
