@@ -1,4 +1,5 @@
-// Convolution forward and both backwards through oneDNN. Activations stay in the tensor's
+// Convolution forward and both backwards through oneDNN, in f32 or (precision: bf16) with bf16
+// copies of x, dy and the weights and f32 results. Activations stay in the tensor's
 // own layout (nchw or nhwc; 16-channel nhwc described as the identical nChw16c, whose kernels are
 // faster); weights go to whatever layout the chosen implementation wants (a cheap reorder of the
 // small weight tensor), which is what lets oneDNN pick its JIT kernels.
@@ -102,7 +103,6 @@ struct TurnedPlan {
 TurnedPlan turned_plan(const Conv2dParams& p, const Tensor& dy, const Shape& w, const Tensor& dx, bool add,
                        bool alias) {
   auto [dy_md, dx_md] = activation_mds(p, dy, dx, alias);
-  if (dy.dtype() == DType::kBF16) dy_md = as_bf16(dy_md);
   Shape turned({w[1], w[0], w[2], w[3]});
   TurnedPlan t{dy_md, dx_md, weights_md(turned, MemoryFormat::kContiguous, 1), {}, {}, {}};
   dnnl::primitive_attr attr = user_scratchpad_attr();
@@ -137,8 +137,7 @@ void turn_weights(const Tensor& w, float* out) {
 void backward_data_turned(Ctx& ctx, const Conv2dParams& p, const Tensor& dy, const Tensor& w, Tensor& dx,
                           bool add) {
   static PlanCache<TurnedPlan> cache;
-  const ConvPlanOp op = dy.dtype() == DType::kBF16 ? kBf16BackwardDataAsForward : kConvBackwardDataAsForward;
-  PlanKey key = conv_key(op, ctx, p, dx, w.shape(), w.format(), add);
+  PlanKey key = conv_key(kConvBackwardDataAsForward, ctx, p, dx, w.shape(), w.format(), add);
   const TurnedPlan& plan = cache.get(key, [&] {
     return dnnl_check("convolution_forward::primitive_desc (backward data)", {&dy, &w, &dx}, [&] {
       return with_fastest_description([&](bool alias) { return turned_plan(p, dy, w.shape(), dx, add, alias); });
@@ -160,14 +159,15 @@ void backward_data_turned(Ctx& ctx, const Conv2dParams& p, const Tensor& dy, con
 void conv2d_forward(Ctx& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& b,
                     Tensor& y) {
   apply_thread_budget(ctx);
-  if (computes_in_bf16(ctx)) return conv2d_forward_bf16(ctx, p, x, w, b, y);
-  if (winograd_suits(p, x.shape(), w.shape()) && winograd_forward(ctx, p, x, w, b, y)) return;
+  const bool bf16 = computes_in_bf16(ctx);
+  if (!bf16 && winograd_suits(p, x.shape(), w.shape()) && winograd_forward(ctx, p, x, w, b, y)) return;
+  const Tensor src = bf16 ? bf16_of(ctx, x) : x;  // bf16: its plan reads bf16 x and bf16 weights
   static PlanCache<ForwardPlan> cache;
   const ForwardPlan& plan =
-      cache.get(conv_key(kConvForward, ctx, p, x, w.shape(), w.format(), b.defined()), [&] {
+      cache.get(conv_key(kConvForward, ctx, p, src, w.shape(), w.format(), b.defined()), [&] {
         return dnnl_check("convolution_forward::primitive_desc", {&x, &w, &b, &y}, [&] {
           return with_fastest_description([&](bool alias) {
-            auto [x_md, y_md] = activation_mds(p, x, y, alias);
+            auto [x_md, y_md] = activation_mds(p, src, y, alias);
             ForwardPlan f{x_md, y_md, weights_md(w.shape(), w.format(), p.groups), {}, {}, {}};
             f.pd = forward_pd(p, f.x_md, w.shape(), f.y_md, b.defined(), user_scratchpad_attr());
             f.prim = dnnl::convolution_forward(f.pd);
@@ -177,7 +177,7 @@ void conv2d_forward(Ctx& ctx, const Conv2dParams& p, const Tensor& x, const Tens
         });
       });
   Tensor w_buffer;
-  Args args{{DNNL_ARG_SRC, make_memory(plan.x_md, x)},
+  Args args{{DNNL_ARG_SRC, make_memory(plan.x_md, src)},
             {DNNL_ARG_WEIGHTS, prepared_weights(ctx, plan.w_reorder, plan.user_w_md, plan.pd.weights_desc(), w,
                                                 w_buffer)},
             {DNNL_ARG_DST, make_memory(plan.y_md, y)}};
@@ -186,13 +186,13 @@ void conv2d_forward(Ctx& ctx, const Conv2dParams& p, const Tensor& x, const Tens
   execute("convolution_forward::execute", {&x, &w, &b, &y}, plan.prim, args);
 }
 
-void conv2d_backward_data(Ctx& ctx, const Conv2dParams& p, const Tensor& dy, const Tensor& w, Tensor& dx) {
+void conv2d_backward_data(Ctx& ctx, const Conv2dParams& p, const Tensor& dy_in, const Tensor& w, Tensor& dx) {
   apply_thread_budget(ctx);
-  if (computes_in_bf16(ctx)) return conv2d_backward_data_bf16(ctx, p, dy, w, dx);
-  if (winograd_suits(p, dx.shape(), w.shape()) &&
-      winograd_backward_data(ctx, p, dy, w, dx, false)) {
+  const bool bf16 = computes_in_bf16(ctx);
+  if (!bf16 && winograd_suits(p, dx.shape(), w.shape()) && winograd_backward_data(ctx, p, dy_in, w, dx, false)) {
     return;
   }
+  const Tensor dy = bf16 ? bf16_of(ctx, dy_in) : dy_in;  // bf16: bf16 dy and weights, f32 dx
   if (backward_data_as_forward(p, w.shape(), dx.shape())) return backward_data_turned(ctx, p, dy, w, dx, false);
   static PlanCache<BackwardDataPlan> cache;
   const BackwardDataPlan& plan = cache.get(conv_key(kConvBackwardData, ctx, p, dx, w.shape(), w.format(), false), [&] {
@@ -200,11 +200,12 @@ void conv2d_backward_data(Ctx& ctx, const Conv2dParams& p, const Tensor& dy, con
       return with_fastest_description([&](bool alias) {
         auto [dx_md, dy_md] = activation_mds(p, dx, dy, alias);
         BackwardDataPlan d{dx_md, dy_md, weights_md(w.shape(), w.format(), p.groups), {}, {}, {}};
-        auto hint = forward_pd(p, d.dx_md, w.shape(), d.dy_md, false, dnnl::primitive_attr());
+        // The hint is the forward convolution this one differentiates: bf16 in and bf16 weights.
+        auto hint = forward_pd(p, bf16 ? as_bf16(d.dx_md) : d.dx_md, w.shape(), d.dy_md, false, dnnl::primitive_attr());
         ConvGeometry g = conv_geometry(p);
-        dnnl::convolution_backward_data::desc desc(algorithm::convolution_direct, d.dx_md,
-                                                   any_weights_md(w.shape(), p.groups), d.dy_md, g.strides,
-                                                   g.dilates, g.pad_l, g.pad_r);
+        const memory::desc w_any = any_weights_md(w.shape(), p.groups);
+        dnnl::convolution_backward_data::desc desc(algorithm::convolution_direct, d.dx_md, bf16 ? as_bf16(w_any) : w_any,
+                                                   d.dy_md, g.strides, g.dilates, g.pad_l, g.pad_r);
         d.pd = dnnl::convolution_backward_data::primitive_desc(desc, user_scratchpad_attr(), cpu_engine(), hint);
         d.prim = dnnl::convolution_backward_data(d.pd);
         d.w_reorder = reorder_if_needed(d.user_w_md, d.pd.weights_desc());
@@ -225,7 +226,6 @@ void conv2d_backward_data_add(Ctx& ctx, const Conv2dParams& p, const Tensor& dy,
   apply_thread_budget(ctx);
   const bool bf16 = computes_in_bf16(ctx);
   if (!bf16 && winograd_suits(p, dx.shape(), w.shape()) && winograd_backward_data(ctx, p, dy, w, dx, true)) return;
-  // In bf16 too: the sum post-op adds into dx in the same pass (oneDNN's backward data has none).
   if (backward_data_as_forward(p, w.shape(), dx.shape())) {
     return backward_data_turned(ctx, p, bf16 ? bf16_of(ctx, dy) : dy, w, dx, true);
   }
@@ -234,14 +234,15 @@ void conv2d_backward_data_add(Ctx& ctx, const Conv2dParams& p, const Tensor& dy,
   axpy(ctx, 1.0f, part, dx);
 }
 
-void conv2d_backward_weights(Ctx& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& dy, Tensor& dw,
+void conv2d_backward_weights(Ctx& ctx, const Conv2dParams& p, const Tensor& x_in, const Tensor& dy_in, Tensor& dw,
                              Tensor& db) {
   apply_thread_budget(ctx);
-  if (computes_in_bf16(ctx)) return conv2d_backward_weights_bf16(ctx, p, x, dy, dw, db);
-  if (winograd_suits(p, x.shape(), dw.shape()) &&
-      winograd_backward_weights(ctx, p, x, dy, dw, db)) {
+  const bool bf16 = computes_in_bf16(ctx);
+  if (!bf16 && winograd_suits(p, x_in.shape(), dw.shape()) && winograd_backward_weights(ctx, p, x_in, dy_in, dw, db)) {
     return;
   }
+  // bf16: bf16 x and dy, f32 weight and bias gradients.
+  const Tensor x = bf16 ? bf16_of(ctx, x_in) : x_in, dy = bf16 ? bf16_of(ctx, dy_in) : dy_in;
   static PlanCache<BackwardWeightsPlan> cache;
   bool bias = db.defined();
   const BackwardWeightsPlan& plan =

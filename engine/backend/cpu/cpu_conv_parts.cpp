@@ -36,11 +36,13 @@ dnnl::convolution_forward::primitive_desc forward_pd(const Conv2dParams& p, cons
 
 std::pair<memory::desc, memory::desc> activation_mds(const Conv2dParams& p, const Tensor& a, const Tensor& b,
                                                      bool alias) {
-  if (alias && p.groups == 1 && is_blocked16_alias(a.shape(), a.format()) &&
-      is_blocked16_alias(b.shape(), b.format())) {
-    return {fastest_activation_md(a.shape(), a.format()), fastest_activation_md(b.shape(), b.format())};
-  }
-  return {activation_md(a.shape(), a.format()), activation_md(b.shape(), b.format())};
+  const bool blocked = alias && p.groups == 1 && is_blocked16_alias(a.shape(), a.format()) &&
+                       is_blocked16_alias(b.shape(), b.format());
+  auto md = [&](const Tensor& t) {
+    memory::desc d = blocked ? fastest_activation_md(t.shape(), t.format()) : activation_md(t.shape(), t.format());
+    return t.dtype() == DType::kBF16 ? as_bf16(d) : d;
+  };
+  return {md(a), md(b)};
 }
 
 PlanKey conv_key(ConvPlanOp op, const Ctx& ctx, const Conv2dParams& p, const Tensor& act, const Shape& w,
@@ -48,7 +50,7 @@ PlanKey conv_key(ConvPlanOp op, const Ctx& ctx, const Conv2dParams& p, const Ten
   PlanKey key(op);
   key.add(act.shape().dims()).add(w.dims()).add({p.stride[0], p.stride[1], p.padding[0], p.padding[1]});
   key.add({p.dilation[0], p.dilation[1], p.groups, static_cast<int64_t>(act.format())});
-  key.add({static_cast<int64_t>(w_format), flag ? 1 : 0, ctx.num_threads()});
+  key.add({static_cast<int64_t>(w_format), flag ? 1 : 0, ctx.num_threads(), static_cast<int64_t>(ctx.options().precision)});
   return key;
 }
 

@@ -19,10 +19,6 @@ enum ConvPlanOp : int64_t {
   kWinogradForward,
   kWinogradBackwardData,
   kWinogradBackwardWeights,
-  kBf16Forward,
-  kBf16BackwardData,
-  kBf16BackwardWeights,
-  kBf16BackwardDataAsForward,
 };
 
 struct ConvGeometry {
@@ -38,14 +34,15 @@ memory::desc any_weights_md(const Shape& w, int64_t groups);
 dnnl::convolution_forward::primitive_desc forward_pd(const Conv2dParams& p, const memory::desc& x_md,
                                                      const Shape& w, const memory::desc& y_md, bool bias,
                                                      const dnnl::primitive_attr& attr);
-// The two activations' descriptors (x and y, or dx and dy), f32: both as nChw16c where alias is set
+// The two activations' descriptors (x and y, or dx and dy), each of its tensor's type (f32, or bf16
+// under precision: bf16): both as nChw16c where alias is set
 // and that is their very memory, else both as they lie (oneDNN has only reference kernels for
 // mixed layouts).
 std::pair<memory::desc, memory::desc> activation_mds(const Conv2dParams& p, const Tensor& a, const Tensor& b,
                                                      bool alias);
 
 // The plan's key: op, activation shape and format, weight shape and format, parameters, the
-// thread budget, and flag (with a bias, or adding into the result).
+// thread budget, the precision, and flag (with a bias, or adding into the result).
 PlanKey conv_key(ConvPlanOp op, const Ctx& ctx, const Conv2dParams& p, const Tensor& act, const Shape& w,
                  MemoryFormat w_format, bool flag);
 
@@ -65,12 +62,5 @@ memory weight_gradients_target(Ctx& ctx, const std::optional<dnnl::reorder>& r, 
                                const memory::desc& want_md, Tensor& buffer);
 void finish_weight_gradients(const std::optional<dnnl::reorder>& r, const memory& written, const memory& user_dw,
                              const Tensor& dw);
-
-// cpu_conv_bf16.cpp: the three passes under precision: bf16 (bf16 products, f32 results).
-void conv2d_forward_bf16(Ctx& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& b,
-                         Tensor& y);
-void conv2d_backward_data_bf16(Ctx& ctx, const Conv2dParams& p, const Tensor& dy, const Tensor& w, Tensor& dx);
-void conv2d_backward_weights_bf16(Ctx& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& dy, Tensor& dw,
-                                  Tensor& db);
 
 }  // namespace tandem::backend::cpu
