@@ -275,8 +275,10 @@ void print_json(const Options& o, const Result& r) {
               "\"cpu_ms_per_step\": %.3f, \"breakdown_ms\": {\"forward\": %.3f, \"backward\": %.3f, \"optimizer\": %.3f}, "
               "\"system_allocations_per_step\": %.3f, \"page_faults_per_step\": %.1f, \"peak_rss_bytes\": %lld, "
               "\"peak_bytes_in_use\": %lld, \"conv_ms_per_step\": %.3f, \"final_loss\": %.5f, \"load_average\": \"%s\"",
-              o.workload.model.c_str(), format_flag(r.format), std::string(tandem::precision_name(o.precision)).c_str(),
-              r.threads, static_cast<long long>(o.workload.batch), o.steps, o.warmup, static_cast<double>(o.workload.batch) * n / r.wall_s, 1e3 * percentile(r.step_s, 0.5),
+              o.workload.model.c_str(), format_flag(r.format),
+              std::string(tandem::precision_name(o.precision)).c_str(), r.threads,
+              static_cast<long long>(o.workload.batch), o.steps, o.warmup,
+              static_cast<double>(o.workload.batch) * n / r.wall_s, 1e3 * percentile(r.step_s, 0.5),
               1e3 * percentile(r.step_s, 0.95), 1e3 * r.cpu_s / n, 1e3 * r.forward_s / n, 1e3 * r.backward_s / n,
               1e3 * r.optimizer_s / n, r.allocations_per_step, r.page_faults_per_step,
               static_cast<long long>(r.peak_rss_bytes), static_cast<long long>(r.peak_bytes), 1e3 * r.conv_s / n,

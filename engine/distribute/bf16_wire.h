@@ -1,7 +1,7 @@
 // Gradients all-reduced in bf16 (distribute.allreduce_dtype: bf16): half the bytes on the wire.
 // Values are rounded to bf16 once before the collective; every sum is taken in f32 and rounded once
-// more when it is stored, so a fold over R ranks rounds R - 1 times at most (Gloo's ring) or once
-// (the in-process and ordered folds).
+// more when it is stored: once for an in-process or ordered fold; between P processes on Gloo's ring,
+// once for the fold inside each process and once per hop (P - 1); an average rounds once more.
 #pragma once
 
 #include <bit>

@@ -63,7 +63,7 @@ class CpuCommunicator final : public Communicator {
   // The cross-process phases (link_ set): this rank's chunk summed over processes, or gathered and
   // summed in global rank order (ordered_); the broadcast and all-gather through local rank 0.
   void reduce_chunk_across(const detail::CollectiveDesc& desc, int64_t lo, int64_t hi);
-  // The same for bf16 buffers (distribute.allreduce_dtype: bf16; cpu_communicator_bf16.cpp).
+  // The same for bf16 buffers (distribute.allreduce_dtype: bf16).
   void run_all_reduce_bf16(const detail::CollectiveDesc& desc);
   void reduce_chunk_across_bf16(const detail::CollectiveDesc& desc, int64_t lo, int64_t hi);
   void broadcast_across(const detail::CollectiveDesc& desc);

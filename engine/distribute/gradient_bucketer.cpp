@@ -141,9 +141,9 @@ GradientBucketer::GradientBucketer(Communicator& comm, ExecutionContext& ctx,
   s.options = options;
   TANDEM_CHECK(options.wire_dtype == DType::kF32 || (options.wire_dtype == DType::kBF16 && ctx.device().is_cpu()),
                ErrorCode::kInvalidArgument,
-               "gradients are all-reduced in f32, or in bf16 between CPU replicas; got {} on {} (bf16 over NCCL is "
-               "not there yet: use f32)",
-               dtype_name(options.wire_dtype), ctx.device().str());
+               "gradients are all-reduced in f32, or in bf16 between CPU replicas; got {} on {}{}",
+               dtype_name(options.wire_dtype), ctx.device().str(),
+               options.wire_dtype == DType::kBF16 ? " (bf16 over NCCL is not there yet: use f32)" : "");
   std::vector<int64_t> numel;
   for (auto& [name, v] : parameters) {
     TANDEM_CHECK(v.requires_grad() && v.value().dtype() == DType::kF32 && v.value().device() == ctx.device(),

@@ -8,6 +8,7 @@
 #include <set>
 #include <thread>
 
+#include "engine/backend/doctor/cpu_probe.h"
 #include "engine/distribute/bootstrap/client.h"
 #include "engine/train/processes.h"
 #include "engine/train/progress.h"
@@ -84,6 +85,10 @@ void check_setup(const TrainerSetup& s) {
                "distribute.allreduce_dtype: bf16 runs between CPU replicas only for now (NCCL's bf16 all-reduce is not "
                "wired yet): remove it, or set it to fp32, for {}",
                first.str());
+  if (first.is_cpu() && s.config.precision == "bf16") {
+    const backend::CpuReport cpu = backend::probe_cpu();
+    TANDEM_CHECK(cpu.runs_bf16(), ErrorCode::kInvalidArgument, "{}", cpu.bf16_refusal());
+  }
   TANDEM_CHECK(!first.is_cpu() || s.config.precision != "tf32", ErrorCode::kInvalidArgument,
                "precision: tf32 needs GPU replicas (TF32 is a tensor-core format; CPUs have none): set precision: fp32 "
                "or bf16 on the CPU, or device: cuda");

@@ -124,7 +124,7 @@ TEST(DoctorDiagnosis, JsonSurvivesBadUtf8) {
 TEST(DoctorCpu, NamesTheExtensionsAndWhichPrecisionsAreFast) {
   const std::string epyc =
       "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 9R14 96-Core Processor\n"
-      "flags\t\t: fpu sse2 avx avx2 avx512f avx512bw avx512_bf16 avx512_vnni\n\nprocessor\t: 1\n";
+      "flags\t\t: fpu sse2 avx avx2 avx512f avx512dq avx512bw avx512vl avx512_bf16 avx512_vnni\n\nprocessor\t: 1\n";
   CpuReport cpu = parse_cpuinfo(epyc, 2);
   EXPECT_EQ(cpu.model, "AMD EPYC 9R14 96-Core Processor");
   EXPECT_TRUE(cpu.avx2 && cpu.avx512f && cpu.avx512_bf16);
@@ -132,15 +132,31 @@ TEST(DoctorCpu, NamesTheExtensionsAndWhichPrecisionsAreFast) {
   EXPECT_EQ(cpu.extensions(), "avx2, avx512f, avx512_bf16");
   EXPECT_EQ(cpu.fast_precisions(), "fp32; bf16 (avx512_bf16)");
 
-  cpu = parse_cpuinfo("model name\t: Intel(R) Xeon(R) CPU E5-2680 v4\nflags\t\t: sse4_2 avx avx2 fma\n", 4);
+  // AVX-512 without its bf16 instructions (Skylake-SP): bf16 runs, emulated, and is warned about.
+  cpu = parse_cpuinfo("model name\t: Intel(R) Xeon(R) Gold 6148 CPU @ 2.40GHz\n"
+                      "flags\t\t: avx2 fma avx512f avx512dq avx512cd avx512bw avx512vl\n", 4);
+  EXPECT_TRUE(cpu.runs_bf16());
   EXPECT_FALSE(cpu.fast_bf16());
   EXPECT_EQ(cpu.fast_precisions(), "fp32 (bf16 would run 3-4x slower than fp32: no avx512_bf16 or amx_bf16)");
   const std::string warning = cpu.bf16_warning();
-  for (const char* part : {"Intel(R) Xeon(R) CPU E5-2680 v4", "3-4x slower than fp32", "neither avx512_bf16 nor amx_bf16",
-                           "without avx512f", "set precision: fp32"}) {
+  for (const char* part : {"Intel(R) Xeon(R) Gold 6148", "3-4x slower than fp32", "neither avx512_bf16 nor amx_bf16",
+                           "set precision: fp32"}) {
     EXPECT_NE(warning.find(part), std::string::npos) << part << " in " << warning;
   }
+  EXPECT_EQ(cpu.bf16_refusal(), "");
+  // AVX2 only: oneDNN 2.6 has no bf16 kernels; the trainer refuses bf16 with these words.
+  cpu = parse_cpuinfo("model name\t: Intel(R) Xeon(R) CPU E5-2680 v4\nflags\t\t: sse4_2 avx avx2 fma\n", 4);
+  EXPECT_FALSE(cpu.runs_bf16());
+  EXPECT_EQ(cpu.fast_precisions(),
+            "fp32 (bf16 cannot run here: oneDNN's bf16 kernels need AVX-512: avx512f, bw, vl and dq)");
+  EXPECT_EQ(cpu.bf16_warning(), "");
+  const std::string refusal = cpu.bf16_refusal();
+  for (const char* part :
+       {"cannot run on this CPU (Intel(R) Xeon(R) CPU E5-2680 v4: avx2)", "avx512bw", "set precision: fp32"}) {
+    EXPECT_NE(refusal.find(part), std::string::npos) << part << " in " << refusal;
+  }
   EXPECT_EQ(parse_cpuinfo(epyc, 2).bf16_warning(), "");
+  EXPECT_EQ(parse_cpuinfo(epyc, 2).bf16_refusal(), "");
   EXPECT_EQ(parse_cpuinfo("", 1).model, "unknown");
 
   DoctorReport report;

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "tests/tools/trainer_cli_test_util.h"
+#include "tests/support/bf16_cpu.h"
 
 namespace tandem::tools {
 namespace {
@@ -65,11 +66,13 @@ TEST(TrainerEndToEnd, SmallRealSubsetLowersTheLoss) {
 // precision: bf16 on the CPU: the run trains, and the log's first lines say the precision in effect
 // and the instructions it runs on (or, without AVX512-BF16 and AMX, warn that bf16 is slow there).
 TEST(TrainerEndToEnd, ABf16RunSaysItsPrecisionAndInstructionsFirst) {
+  TANDEM_REQUIRE_BF16_CPU();
   if (std::string reason = cli_skip_reason(); !reason.empty()) GTEST_SKIP() << reason;
   fs::path dir = fs::temp_directory_path() / fmt::format("tandem-e2e-bf16-{}", getpid());
   fs::remove_all(dir);
   testing::write_fashion_tfrecords(dir, 512);
-  std::ofstream(dir / "run.yaml") << testing::fashion_config(dir, "{global_batch_size: 32, epochs: 2, log_every_steps: 8}");
+  std::ofstream(dir / "run.yaml") << testing::fashion_config(dir,
+                                                              "{global_batch_size: 32, epochs: 2, log_every_steps: 8}");
   ASSERT_EQ(testing::run_trainer(testing::train_args(dir / "run.yaml", dir / "run") + " --set precision=bf16",
                                  dir / "log.txt"),
             0)

@@ -348,27 +348,5 @@ TEST_F(TrainerGpuTest, Tf32AndBf16LearnAndStayNearFp32) {
   }
 }
 
-TEST_F(TrainerGpuTest, ReducedPrecisionOnCpuReplicasIsRefused) {
-  // No GPU needed: the trainer refuses the setup before any replica starts.
-  for (std::string precision : {"bf16", "tf32"}) {
-    TrainConfig c = resnet_config(5, precision);
-    c.precision = precision;
-    TrainerSetup setup;
-    setup.config = c;
-    setup.plan = distribute::plan_replicas({.device = "cpu", .devices = "cpu:1", .global_batch_size = 32});
-    setup.make_model = [&] { return models::create_model({.name = "mlp", .num_classes = 10, .in_channels = 1, .input_size = 16}); };
-    setup.train_sources.push_back(std::make_unique<DeviceSliceSource>(images_, 0, 1, 32));
-    setup.run_dir = c.output.run_dir;
-    try {
-      Trainer trainer(std::move(setup));
-      ADD_FAILURE() << "precision: " << precision << " with CPU replicas must be refused";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
-      EXPECT_NE(std::string(e.what()).find("precision"), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find(precision), std::string::npos) << e.what();
-    }
-  }
-}
-
 }  // namespace
 }  // namespace tandem::train

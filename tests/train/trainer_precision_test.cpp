@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/train/trainer_fixture.h"
+#include "tests/support/bf16_cpu.h"
 
 namespace tandem::train {
 namespace {
@@ -11,6 +12,7 @@ namespace {
 using namespace fixture;
 
 TEST_F(TrainerTest, ABf16RunOnTheCpuLearnsAsTheF32RunDoes) {
+  TANDEM_REQUIRE_BF16_CPU();
   TrainConfig c = base_config(dir_);
   c.loop.epochs = 6;
   auto source = [&](int r) { return std::make_unique<SliceSource>(data_, r, 1, 8); };
@@ -32,6 +34,7 @@ TEST_F(TrainerTest, ABf16RunOnTheCpuLearnsAsTheF32RunDoes) {
 }
 
 TEST_F(TrainerTest, ABf16RunResumesInF32AndAgainInBf16) {
+  TANDEM_REQUIRE_BF16_CPU();
   TrainConfig c = base_config(dir_);
   c.loop.epochs = 3;  // 24 steps
   c.precision = "bf16";

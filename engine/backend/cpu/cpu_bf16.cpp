@@ -1,7 +1,8 @@
 // f32 -> bf16 rounding for the bf16 autocast of the CPU kernels. With AVX512-BF16 one instruction
 // rounds 16 floats (vcvtneps2bf16); elsewhere the same ties-to-even rule in integer arithmetic,
-// which the compiler vectorises. Both give the bits of tandem::float_to_bf16 (except denormal
-// inputs, which the instruction flushes to zero).
+// which the compiler vectorises. Both give the bits of tandem::float_to_bf16, except for denormal
+// inputs, which the instruction flushes to zero (and the portable tail, the last n mod 16, keeps):
+// a difference far below bf16's resolution of anything a gradient or activation carries.
 #include "engine/backend/cpu/cpu_bf16.h"
 
 #include <immintrin.h>

@@ -204,8 +204,9 @@ void conv2d_backward_data(Ctx& ctx, const Conv2dParams& p, const Tensor& dy_in, 
         auto hint = forward_pd(p, bf16 ? as_bf16(d.dx_md) : d.dx_md, w.shape(), d.dy_md, false, dnnl::primitive_attr());
         ConvGeometry g = conv_geometry(p);
         const memory::desc w_any = any_weights_md(w.shape(), p.groups);
-        dnnl::convolution_backward_data::desc desc(algorithm::convolution_direct, d.dx_md, bf16 ? as_bf16(w_any) : w_any,
-                                                   d.dy_md, g.strides, g.dilates, g.pad_l, g.pad_r);
+        dnnl::convolution_backward_data::desc desc(algorithm::convolution_direct, d.dx_md,
+                                                   bf16 ? as_bf16(w_any) : w_any, d.dy_md, g.strides, g.dilates,
+                                                   g.pad_l, g.pad_r);
         d.pd = dnnl::convolution_backward_data::primitive_desc(desc, user_scratchpad_attr(), cpu_engine(), hint);
         d.prim = dnnl::convolution_backward_data(d.pd);
         d.w_reorder = reorder_if_needed(d.user_w_md, d.pd.weights_desc());

@@ -50,7 +50,8 @@ PlanKey conv_key(ConvPlanOp op, const Ctx& ctx, const Conv2dParams& p, const Ten
   PlanKey key(op);
   key.add(act.shape().dims()).add(w.dims()).add({p.stride[0], p.stride[1], p.padding[0], p.padding[1]});
   key.add({p.dilation[0], p.dilation[1], p.groups, static_cast<int64_t>(act.format())});
-  key.add({static_cast<int64_t>(w_format), flag ? 1 : 0, ctx.num_threads(), static_cast<int64_t>(ctx.options().precision)});
+  key.add({static_cast<int64_t>(w_format), flag ? 1 : 0, ctx.num_threads(),
+           static_cast<int64_t>(ctx.options().precision)});
   return key;
 }
 

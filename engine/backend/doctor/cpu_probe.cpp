@@ -40,15 +40,24 @@ std::string CpuReport::extensions() const {
 std::string CpuReport::fast_precisions() const {
   if (amx_bf16) return "fp32; bf16 (amx_bf16)";
   if (avx512_bf16) return "fp32; bf16 (avx512_bf16)";
-  return "fp32 (bf16 would run 3-4x slower than fp32: no avx512_bf16 or amx_bf16)";
+  if (avx512_core) return "fp32 (bf16 would run 3-4x slower than fp32: no avx512_bf16 or amx_bf16)";
+  return "fp32 (bf16 cannot run here: oneDNN's bf16 kernels need AVX-512: avx512f, bw, vl and dq)";
 }
 
 std::string CpuReport::bf16_warning() const {
-  if (fast_bf16()) return {};
+  if (fast_bf16() || !runs_bf16()) return {};
   return fmt::format("precision: bf16 on this CPU ({}) runs 3-4x slower than fp32: it has neither avx512_bf16 nor "
-                     "amx_bf16, so oneDNN emulates bf16{}; set precision: fp32 here, or run on a CPU with them "
-                     "(Intel Cooper Lake, Sapphire Rapids or later; AMD Zen 4 or later)",
-                     model, avx512f ? "" : " (and without avx512f it has only reference kernels)");
+                     "amx_bf16, so oneDNN emulates bf16 on AVX-512; set precision: fp32 here, or run on a CPU with "
+                     "them (Intel Cooper Lake, Sapphire Rapids or later; AMD Zen 4 or later)",
+                     model);
+}
+
+std::string CpuReport::bf16_refusal() const {
+  if (runs_bf16()) return {};
+  return fmt::format("precision: bf16 cannot run on this CPU ({}: {}): oneDNN's bf16 kernels need AVX-512 "
+                     "(avx512f, avx512bw, avx512vl and avx512dq) at least, and avx512_bf16 or amx_bf16 to be fast; "
+                     "set precision: fp32",
+                     model, extensions());
 }
 
 CpuReport parse_cpuinfo(const std::string& cpuinfo, int cores) {
@@ -61,6 +70,7 @@ CpuReport parse_cpuinfo(const std::string& cpuinfo, int cores) {
   for (std::string flag; words >> flag;) flags.insert(flag);
   r.avx2 = flags.contains("avx2");
   r.avx512f = flags.contains("avx512f");
+  r.avx512_core = r.avx512f && flags.contains("avx512bw") && flags.contains("avx512vl") && flags.contains("avx512dq");
   r.avx512_bf16 = flags.contains("avx512_bf16");
   r.amx_bf16 = flags.contains("amx_bf16");
   return r;
