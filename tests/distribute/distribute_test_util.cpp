@@ -2,6 +2,7 @@
 #include "tests/distribute/distribute_test_util.h"
 
 #include <gtest/gtest.h>
+#include <spdlog/spdlog.h>
 
 #include <condition_variable>
 #include <cstdio>
@@ -19,6 +20,10 @@ std::vector<std::exception_ptr> run_ranks(int ranks, const std::function<void(in
   std::condition_variable done;
   int remaining = ranks;
   std::vector<std::thread> threads;
+  // spdlog's registry is a function-local static of the uninstrumented libspdlog: made here, before
+  // the replica threads (as the trainer's main thread makes it before its replicas start), or
+  // ThreadSanitizer reads two replicas' first warnings as a race on it.
+  spdlog::default_logger_raw();
   for (int r = 0; r < ranks; ++r) {
     threads.emplace_back([&, r] {
       try {
