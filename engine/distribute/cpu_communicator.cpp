@@ -204,25 +204,33 @@ void CpuCommunicator::run(const CollectiveDesc& desc) {
 }
 
 void CpuCommunicator::run_all_reduce(const CollectiveDesc& desc) {
-  if (desc.dtype == DType::kBF16) return run_all_reduce_bf16(desc);
   const int ranks = rendezvous_->world_size();
   const int64_t n = desc.count;
   auto chunk_begin = [&](int r) { return n * r / ranks; };
-  for (int q = 0; q < ranks; ++q) sources_[static_cast<size_t>(q)] = static_cast<const float*>(rendezvous_->desc(q).data);
-  float* mine = static_cast<float*>(desc.data);
   // Reduce-scatter: only rank r writes chunk r, and only into its own buffer.
-  if (link_ == nullptr) {
-    reduce_chunk(sources_, mine, chunk_begin(rank_), chunk_begin(rank_ + 1), desc.op);
+  if (desc.dtype == DType::kBF16) {
+    reduce_scatter_bf16(desc, chunk_begin(rank_), chunk_begin(rank_ + 1));
   } else {
-    reduce_chunk_across(desc, chunk_begin(rank_), chunk_begin(rank_ + 1));
+    reduce_scatter_f32(desc, chunk_begin(rank_), chunk_begin(rank_ + 1));
   }
   rendezvous_->sync(rank_);
   // All-gather: chunk q of rank q is final; nobody writes it any more.
+  const size_t element = dtype_size(desc.dtype);
+  auto* mine = static_cast<unsigned char*>(desc.data);
   for (int q = 0; q < ranks; ++q) {
     if (q == rank_) continue;
-    int64_t lo = chunk_begin(q), hi = chunk_begin(q + 1);
-    std::memcpy(mine + lo, sources_[static_cast<size_t>(q)] + lo, static_cast<size_t>(hi - lo) * sizeof(float));
+    const auto lo = static_cast<size_t>(chunk_begin(q)), hi = static_cast<size_t>(chunk_begin(q + 1));
+    const auto* theirs = static_cast<const unsigned char*>(rendezvous_->desc(q).data);
+    std::memcpy(mine + lo * element, theirs + lo * element, (hi - lo) * element);
   }
+}
+
+void CpuCommunicator::reduce_scatter_f32(const CollectiveDesc& desc, int64_t lo, int64_t hi) {
+  for (int q = 0; q < rendezvous_->world_size(); ++q) {
+    sources_[static_cast<size_t>(q)] = static_cast<const float*>(rendezvous_->desc(q).data);
+  }
+  if (link_ == nullptr) return reduce_chunk(sources_, static_cast<float*>(desc.data), lo, hi, desc.op);
+  reduce_chunk_across(desc, lo, hi);
 }
 
 void CpuCommunicator::run_broadcast(const CollectiveDesc& desc) {
@@ -284,25 +292,12 @@ void CpuCommunicator::reduce_chunk_across(const CollectiveDesc& desc, int64_t lo
   reduce_chunk(gathered_, mine, 0, hi - lo, desc.op);
 }
 
-void CpuCommunicator::run_all_reduce_bf16(const detail::CollectiveDesc& desc) {
-  const int ranks = rendezvous_->world_size();
-  const int64_t n = desc.count;
-  auto chunk_begin = [&](int r) { return n * r / ranks; };
-  for (int q = 0; q < ranks; ++q) {
+void CpuCommunicator::reduce_scatter_bf16(const detail::CollectiveDesc& desc, int64_t lo, int64_t hi) {
+  for (int q = 0; q < rendezvous_->world_size(); ++q) {
     sources16_[static_cast<size_t>(q)] = static_cast<const uint16_t*>(rendezvous_->desc(q).data);
   }
-  auto* mine = static_cast<uint16_t*>(desc.data);
-  if (link_ == nullptr) {
-    fold_bf16(sources16_, mine, chunk_begin(rank_), chunk_begin(rank_ + 1), desc.op);
-  } else {
-    reduce_chunk_across_bf16(desc, chunk_begin(rank_), chunk_begin(rank_ + 1));
-  }
-  rendezvous_->sync(rank_);
-  for (int q = 0; q < ranks; ++q) {
-    if (q == rank_) continue;
-    const int64_t lo = chunk_begin(q), hi = chunk_begin(q + 1);
-    std::memcpy(mine + lo, sources16_[static_cast<size_t>(q)] + lo, static_cast<size_t>(hi - lo) * sizeof(uint16_t));
-  }
+  if (link_ == nullptr) return fold_bf16(sources16_, static_cast<uint16_t*>(desc.data), lo, hi, desc.op);
+  reduce_chunk_across_bf16(desc, lo, hi);
 }
 
 void CpuCommunicator::reduce_chunk_across_bf16(const detail::CollectiveDesc& desc, int64_t lo, int64_t hi) {

@@ -64,8 +64,11 @@ class CpuCommunicator final : public Communicator {
   // summed in global rank order (ordered_); the broadcast and all-gather through local rank 0.
   void reduce_chunk_across(const detail::CollectiveDesc& desc, int64_t lo, int64_t hi);
   // The same for bf16 buffers (distribute.allreduce_dtype: bf16).
-  void run_all_reduce_bf16(const detail::CollectiveDesc& desc);
   void reduce_chunk_across_bf16(const detail::CollectiveDesc& desc, int64_t lo, int64_t hi);
+  // This rank's chunk [lo, hi) of an all-reduce, summed over every rank (the all-gather that
+  // follows is the same bytes for either type).
+  void reduce_scatter_f32(const detail::CollectiveDesc& desc, int64_t lo, int64_t hi);
+  void reduce_scatter_bf16(const detail::CollectiveDesc& desc, int64_t lo, int64_t hi);
   void broadcast_across(const detail::CollectiveDesc& desc);
   void all_gather_across(const detail::CollectiveDesc& desc);
   // Runs a cross-process call; its failure stops the local ranks too and names the collective.
