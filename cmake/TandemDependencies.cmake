@@ -16,6 +16,8 @@ set_target_properties(DNNL::dnnl PROPERTIES IMPORTED_LOCATION ${TANDEM_DNNL_LIBR
 find_package(OpenMP REQUIRED)
 find_package(ZLIB REQUIRED)
 find_package(Protobuf REQUIRED)
+# ONNX's own protobuf schema, checker and shape inference, for ONNX export (Debian's libonnx-dev).
+find_package(ONNX REQUIRED)
 find_package(CLI11 REQUIRED)
 # Gloo (libgloo-dev): the collectives between processes of a multi-process CPU run. Without it
 # everything else builds; a run of several processes then says what to install.

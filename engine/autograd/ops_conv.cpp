@@ -1,8 +1,20 @@
 // Differentiable convolution and pooling.
 #include "engine/autograd/ops.h"
+#include "engine/autograd/trace.h"
 #include "engine/backend/ops.h"
 
 namespace tandem::autograd {
+namespace {
+
+void trace_pool(const char* op, const Pool2dParams& params) {
+  if (!tracing()) return;
+  trace_attributes(op, {{"kernel", std::vector<int64_t>(params.kernel.begin(), params.kernel.end())},
+                        {"stride", std::vector<int64_t>(params.stride.begin(), params.stride.end())},
+                        {"padding", std::vector<int64_t>(params.padding.begin(), params.padding.end())},
+                        {"count_include_pad", int64_t{params.count_include_pad}}});
+}
+
+}  // namespace
 
 Variable conv2d(ExecutionContext& ctx, const Variable& x, const Variable& w, const Variable& b,
                 const Conv2dParams& params) {
@@ -32,10 +44,17 @@ Variable conv2d(ExecutionContext& ctx, const Variable& x, const Variable& w, con
     backend::conv2d_backward_data_add(ctx, params, dy, wv, sum);
     return weight_grads(dy, std::vector<Tensor>(1));
   };
+  if (tracing()) {
+    trace_attributes("conv2d", {{"stride", std::vector<int64_t>(params.stride.begin(), params.stride.end())},
+                                {"padding", std::vector<int64_t>(params.padding.begin(), params.padding.end())},
+                                {"dilation", std::vector<int64_t>(params.dilation.begin(), params.dilation.end())},
+                                {"groups", params.groups}});
+  }
   return make_op("conv2d", std::move(y), std::move(inputs), backward, backward_adding);
 }
 
 Variable max_pool2d(ExecutionContext& ctx, const Variable& x, const Pool2dParams& params) {
+  trace_pool("max_pool2d", params);
   backend::MaxPoolForward f = backend::max_pool2d_forward(ctx, params, x.value());
   Tensor xv = x.value(), workspace = f.workspace;
   return make_op("max_pool2d", std::move(f.y), {x}, [&ctx, params, xv, workspace](const Tensor& dy) {
@@ -44,6 +63,7 @@ Variable max_pool2d(ExecutionContext& ctx, const Variable& x, const Pool2dParams
 }
 
 Variable avg_pool2d(ExecutionContext& ctx, const Variable& x, const Pool2dParams& params) {
+  trace_pool("avg_pool2d", params);
   Tensor y = backend::avg_pool2d_forward(ctx, params, x.value());
   Shape x_shape = x.shape();
   return make_op("avg_pool2d", std::move(y), {x}, [&ctx, params, x_shape](const Tensor& dy) {

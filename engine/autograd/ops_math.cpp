@@ -1,5 +1,6 @@
 // Differentiable ReLU, scaling, the full sum and shape changes (reshape, flatten).
 #include "engine/autograd/ops.h"
+#include "engine/autograd/trace.h"
 #include "engine/backend/ops.h"
 
 namespace tandem::autograd {
@@ -23,6 +24,7 @@ Variable add_relu(ExecutionContext& ctx, const Variable& a, const Variable& b) {
 
 Variable scale(ExecutionContext& ctx, const Variable& x, float alpha) {
   Tensor y = backend::scale(ctx, x.value(), alpha);
+  if (tracing()) trace_attributes("scale", {{"alpha", double{alpha}}});
   return make_op("scale", std::move(y), {x}, [&ctx, alpha](const Tensor& dy) {
     return std::vector<Tensor>{backend::scale(ctx, dy, alpha)};
   });

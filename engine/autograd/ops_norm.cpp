@@ -1,5 +1,6 @@
 // Differentiable batch normalisation and dropout.
 #include "engine/autograd/ops.h"
+#include "engine/autograd/trace.h"
 #include "engine/backend/ops.h"
 
 namespace tandem::autograd {
@@ -53,6 +54,12 @@ Variable batchnorm_inference(ExecutionContext& ctx, const Variable& x, const Var
                                                   running_var);
   // Eval mode is for evaluation: a forward without NoGradGuard is fine, but a gradient through
   // frozen statistics is not provided yet, so backward says so instead of computing a wrong one.
+  if (tracing()) {
+    trace_attributes("batchnorm_inference", {{"eps", double{params.eps}},
+                                             {"fuse_relu", int64_t{params.fuse_relu}},
+                                             {"running_mean", running_mean},
+                                             {"running_var", running_var}});
+  }
   return make_op("batchnorm_inference", std::move(y), {x, gamma, beta}, [](const Tensor&) -> std::vector<Tensor> {
     throw_error(ErrorCode::kUnimplemented,
                 "backward through batchnorm in eval mode (frozen statistics) is not supported: train the "

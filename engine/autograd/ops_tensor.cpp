@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "engine/autograd/ops.h"
+#include "engine/autograd/trace.h"
 #include "engine/backend/ops.h"
 
 namespace tandem::autograd {
@@ -34,11 +35,24 @@ Variable unary_op(ExecutionContext& ctx, const char* name, UnaryOp op, const Var
   });
 }
 
+// The reduced dimensions, normalized (all of them when none are given), and keepdim.
+void trace_reduction(const char* op, const Variable& x, std::span<const int> dims, bool keepdim) {
+  if (!tracing()) return;
+  const int rank = x.value().rank();
+  std::vector<int64_t> axes;
+  for (int d : dims) axes.push_back(backend::normalize_dim(op, d, rank));
+  if (dims.empty()) {
+    for (int d = 0; d < rank; ++d) axes.push_back(d);
+  }
+  trace_attributes(op, {{"axes", axes}, {"keepdim", int64_t{keepdim}}});
+}
+
 }  // namespace
 
 Variable permute(ExecutionContext& ctx, const Variable& x, std::span<const int> dims) {
   Tensor y = backend::permute(ctx, x.value(), dims);
   std::vector<int> inv = inverse(dims, x.value().rank());
+  if (tracing()) trace_attributes("permute", {{"perm", std::vector<int64_t>(dims.begin(), dims.end())}});
   return make_op("permute", std::move(y), {x}, [&ctx, inv](const Tensor& dy) {
     return std::vector<Tensor>{backend::permute(ctx, dy, inv)};
   });
@@ -56,6 +70,7 @@ Variable transpose(ExecutionContext& ctx, const Variable& x, int dim0, int dim1)
 Variable expand(ExecutionContext& ctx, const Variable& x, const Shape& shape) {
   Tensor y = backend::expand(ctx, x.value(), shape);
   const Shape x_shape = x.shape();
+  if (tracing()) trace_attributes("expand", {{"shape", std::vector<int64_t>(shape.dims().begin(), shape.dims().end())}});
   return make_op("expand", std::move(y), {x}, [&ctx, x_shape](const Tensor& dy) {
     return std::vector<Tensor>{backend::sum_to(ctx, dy, x_shape)};
   });
@@ -65,6 +80,7 @@ Variable narrow(ExecutionContext& ctx, const Variable& x, int dim, int64_t start
   Tensor y = backend::narrow(ctx, x.value(), dim, start, length);
   const Shape x_shape = x.shape();
   const int axis = backend::normalize_dim("narrow", dim, x_shape.rank());
+  if (tracing()) trace_attributes("narrow", {{"axis", int64_t{axis}}, {"start", start}, {"length", length}});
   return make_op("narrow", std::move(y), {x}, [&ctx, x_shape, axis, start](const Tensor& dy) {
     Tensor dx = Tensor::zeros(x_shape, DType::kF32, dy.device());
     backend::narrow_assign(ctx, dx, axis, start, dy);
@@ -98,6 +114,7 @@ Variable concat(ExecutionContext& ctx, std::span<const Variable> xs, int dim) {
   const int axis = backend::normalize_dim("concat", dim, y.rank());
   std::vector<int64_t> sizes;
   for (const Tensor& v : values) sizes.push_back(v.dim(axis));
+  if (tracing()) trace_attributes("concat", {{"axis", int64_t{axis}}});
   return make_op("concat", std::move(y), std::move(inputs), [&ctx, axis, sizes](const Tensor& dy) {
     std::vector<Tensor> grads;
     int64_t at = 0;
@@ -171,11 +188,13 @@ Variable sqrt(ExecutionContext& ctx, const Variable& x) { return unary_op(ctx, "
 Variable rsqrt(ExecutionContext& ctx, const Variable& x) { return unary_op(ctx, "rsqrt", UnaryOp::kRsqrt, x); }
 Variable tanh(ExecutionContext& ctx, const Variable& x) { return unary_op(ctx, "tanh", UnaryOp::kTanh, x); }
 Variable gelu(ExecutionContext& ctx, const Variable& x, bool tanh_approximation) {
+  if (tracing()) trace_attributes("gelu", {{"approximate", std::string(tanh_approximation ? "tanh" : "none")}});
   return unary_op(ctx, "gelu", tanh_approximation ? UnaryOp::kGeluTanh : UnaryOp::kGeluErf, x);
 }
 
 Variable masked_fill(ExecutionContext& ctx, const Variable& x, const Tensor& mask, float value) {
   Tensor y = backend::masked_fill(ctx, x.value(), mask, value);
+  if (tracing()) trace_attributes("masked_fill", {{"mask", mask}, {"value", double{value}}});
   return make_op("masked_fill", std::move(y), {x}, [&ctx, mask](const Tensor& dy) {
     return std::vector<Tensor>{backend::masked_fill(ctx, dy, mask, 0.0f)};  // filled places take no gradient
   });
@@ -183,6 +202,7 @@ Variable masked_fill(ExecutionContext& ctx, const Variable& x, const Tensor& mas
 
 Variable sum(ExecutionContext& ctx, const Variable& x, std::span<const int> dims, bool keepdim) {
   Tensor y = backend::reduce(ctx, Reduction::kSum, x.value(), dims, keepdim);
+  trace_reduction("sum", x, dims, keepdim);
   const Shape x_shape = x.shape(), kept = backend::reduced_shape("sum", x_shape, dims, true);
   return make_op("sum", std::move(y), {x}, [&ctx, x_shape, kept](const Tensor& dy) {
     return std::vector<Tensor>{backend::expand(ctx, dy.reshape(kept), x_shape)};
@@ -191,6 +211,7 @@ Variable sum(ExecutionContext& ctx, const Variable& x, std::span<const int> dims
 
 Variable mean(ExecutionContext& ctx, const Variable& x, std::span<const int> dims, bool keepdim) {
   Tensor y = backend::reduce(ctx, Reduction::kMean, x.value(), dims, keepdim);
+  trace_reduction("mean", x, dims, keepdim);
   const Shape x_shape = x.shape(), kept = backend::reduced_shape("mean", x_shape, dims, true);
   const float inv_count = kept.numel() > 0 && x_shape.numel() > 0
                               ? static_cast<float>(static_cast<double>(kept.numel()) / static_cast<double>(x_shape.numel()))
@@ -203,6 +224,7 @@ Variable mean(ExecutionContext& ctx, const Variable& x, std::span<const int> dim
 Variable amax(ExecutionContext& ctx, const Variable& x, std::span<const int> dims, bool keepdim) {
   Tensor xv = x.value();
   Tensor y = backend::reduce(ctx, Reduction::kMax, xv, dims, keepdim);
+  trace_reduction("amax", x, dims, keepdim);
   std::vector<int> axes(dims.begin(), dims.end());
   return make_op("amax", std::move(y), {x}, [&ctx, xv, axes](const Tensor& dy) {
     return std::vector<Tensor>{backend::max_backward(ctx, xv, axes, dy)};
@@ -211,6 +233,7 @@ Variable amax(ExecutionContext& ctx, const Variable& x, std::span<const int> dim
 
 Variable softmax(ExecutionContext& ctx, const Variable& x, int dim) {
   Tensor y = backend::softmax(ctx, x.value(), dim, false);
+  if (tracing()) trace_attributes("softmax", {{"axis", int64_t{backend::normalize_dim("softmax", dim, x.value().rank())}}});
   Tensor yv = y;
   return make_op("softmax", std::move(y), {x}, [&ctx, yv, dim](const Tensor& dy) {
     return std::vector<Tensor>{backend::softmax_backward(ctx, yv, backend::contiguous(ctx, dy), dim, false)};
@@ -219,6 +242,9 @@ Variable softmax(ExecutionContext& ctx, const Variable& x, int dim) {
 
 Variable log_softmax(ExecutionContext& ctx, const Variable& x, int dim) {
   Tensor y = backend::softmax(ctx, x.value(), dim, true);
+  if (tracing()) {
+    trace_attributes("log_softmax", {{"axis", int64_t{backend::normalize_dim("log_softmax", dim, x.value().rank())}}});
+  }
   Tensor yv = y;
   return make_op("log_softmax", std::move(y), {x}, [&ctx, yv, dim](const Tensor& dy) {
     return std::vector<Tensor>{backend::softmax_backward(ctx, yv, backend::contiguous(ctx, dy), dim, true)};

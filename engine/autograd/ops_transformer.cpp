@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "engine/autograd/ops.h"
+#include "engine/autograd/trace.h"
 #include "engine/backend/ops.h"
 
 namespace tandem::autograd {
@@ -19,6 +20,10 @@ Variable layer_norm(ExecutionContext& ctx, const Variable& x, int normalized_dim
   if (bias.defined()) inputs.push_back(bias);
   Tensor xv = x.value(), mean = f.mean, var = f.var;
   const bool with_weight = weight.defined(), with_bias = bias.defined();
+  if (tracing()) {
+    trace_attributes("layer_norm", {{"normalized_dims", int64_t{normalized_dims}}, {"eps", double{eps}},
+                                    {"with_weight", int64_t{with_weight}}, {"with_bias", int64_t{with_bias}}});
+  }
   return make_op("layer_norm", std::move(f.y), std::move(inputs),
                  [&ctx, xv, w, mean, var, eps, with_weight, with_bias](const Tensor& dy) {
                    backend::LayerNormGrads g = backend::layer_norm_backward(ctx, xv, dy, w, with_bias, mean, var, eps);
@@ -108,6 +113,10 @@ Variable scaled_dot_product_attention(ExecutionContext& ctx, const Variable& q, 
   Tensor mask = additive_mask(ctx, attn_mask);
   backend::AttentionForward f = backend::attention_forward(ctx, p, q.value(), k.value(), v.value(), mask);
   Tensor qv = q.value(), kv = k.value(), vv = v.value(), y = f.y, lse = f.lse;
+  if (tracing()) {
+    trace_attributes("scaled_dot_product_attention", {{"scale", double{p.scale}}, {"causal", int64_t{p.causal}},
+                                                      {"dropout_p", double{dropout_p}}, {"mask", attn_mask}});
+  }
   return make_op("scaled_dot_product_attention", std::move(f.y), {q, k, v},
                  [&ctx, p, qv, kv, vv, mask, y, lse](const Tensor& dy) {
                    backend::AttentionGrads g = backend::attention_backward(ctx, p, qv, kv, vv, mask, y, lse,
@@ -119,6 +128,7 @@ Variable scaled_dot_product_attention(ExecutionContext& ctx, const Variable& q, 
 Variable embedding(ExecutionContext& ctx, const Variable& weight, const Tensor& ids) {
   Tensor y = backend::embedding_forward(ctx, weight.value(), ids);
   const int64_t rows = weight.shape()[0];
+  if (tracing()) trace_attributes("embedding", {{"ids", ids}});
   return make_op("embedding", std::move(y), {weight}, [&ctx, ids, rows](const Tensor& dy) {
     return std::vector<Tensor>{backend::embedding_backward(ctx, ids, backend::contiguous(ctx, dy), rows)};
   });

@@ -1,5 +1,7 @@
 #include "engine/autograd/variable.h"
 
+#include "engine/autograd/trace.h"
+
 namespace tandem::autograd {
 namespace {
 thread_local bool grad_mode = true;
@@ -39,6 +41,7 @@ Variable make_op(std::string op, Tensor y, std::vector<Variable> inputs, Backwar
                  "module left default-constructed?); construct it before the forward pass",
                  op, i);
   }
+  if (tracing()) trace_op(op, inputs, y);
   bool needs_grad = false;
   if (grad_mode) {
     for (const Variable& in : inputs) needs_grad = needs_grad || in.requires_grad();

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Checks DESIGN.md's dependency direction on every project #include:
-# core < backend < autograd < nn < optim < distribute < train; data on core alone;
+# core < backend < autograd < nn < optim < distribute < train < export; data on core alone;
 # models on nn and below; include/ (the public headers) and examples/ on anything but tools;
 # tools on anything; nothing includes tools but tools and its own
 # tests (tests/tools, which count as tools here); CUDA code only in
@@ -9,7 +9,7 @@ set -uo pipefail
 root="${1:-$(dirname "$0")/../..}"
 cd "$root" || exit 2
 
-order=(core backend autograd nn optim distribute train)
+order=(core backend autograd nn optim distribute train export)
 rank_of() {
   local i
   for i in "${!order[@]}"; do [ "${order[$i]}" = "$1" ] && { echo "$i"; return; }; done

@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   cmake ninja-build g++ pkg-config
   libyaml-cpp-dev libspdlog-dev libfmt-dev nlohmann-json3-dev
-  libprotobuf-dev protobuf-compiler
+  libprotobuf-dev protobuf-compiler libonnx-dev
   libdnnl-dev libturbojpeg0-dev libjpeg62-turbo-dev libpng-dev zlib1g-dev libisal-dev
   libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev openmpi-bin
