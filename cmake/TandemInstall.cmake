@@ -11,7 +11,7 @@ configure_file(${PROJECT_SOURCE_DIR}/include/tandem/version.h.in ${PROJECT_BINAR
 # Tandem::tandem: every library a program needs, and the headers' two roots (<tandem/...> and
 # the engine's own "engine/...", "data/...", "models/..." paths the public headers include).
 add_library(tandem INTERFACE)
-target_link_libraries(tandem INTERFACE tandem_train tandem_models tandem_pipeline tandem_data tandem_distribute
+target_link_libraries(tandem INTERFACE tandem_export tandem_train tandem_models tandem_pipeline tandem_data tandem_distribute
   tandem_optim tandem_nn tandem_autograd tandem_backend tandem_core)
 target_include_directories(tandem INTERFACE
   $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include> $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}/include>
@@ -21,7 +21,7 @@ add_library(Tandem::tandem ALIAS tandem)
 target_link_libraries(tandem_cli INTERFACE tandem)
 
 set(tandem_installed_libraries tandem_core tandem_backend tandem_autograd tandem_nn tandem_optim tandem_distribute
-  tandem_train tandem_data tandem_pipeline tandem_models tandem_proto
+  tandem_train tandem_export tandem_data tandem_pipeline tandem_models tandem_proto
   tandem_cli tandem_run_outputs tandem_doctor_config tandem_scaling_report)
 install(TARGETS ${tandem_installed_libraries} tandem EXPORT TandemTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
