@@ -11,6 +11,9 @@
 #   r50_pytorch      bench/pytorch_resnet50.py: the same in PyTorch on the same GPU
 #   gpt2_tandem      bench/gpu_train_bench --model gpt2: GPT-2 124M, batch 8 x 1024, AdamW; fp32, tf32, bf16
 #   gpt2_pytorch     bench/pytorch_gpt2.py: the same in PyTorch, eager attention and F.scaled_dot_product_attention
+#   onnx_r50         bench/onnx_bench: ResNet-50 exported to ONNX, its logits on the GPU beside those of
+#                    onnxruntime's CUDA execution provider on the exported file (bench/onnx_ort_bench.py)
+#   tensorboard      the ResNet-20 run's event files read by TensorBoard's own reader: scalar tags, counts
 #   sanitizer        the kernel tests (test_cuda_gpu) again under compute-sanitizer memcheck
 # and writes gpu_check.json, gpu_check.md and gpu_check_logs.tar.gz to the output folder. Every step
 # is time-boxed with `timeout` inside one overall budget (a step gets at most its own limit, and never
@@ -124,6 +127,32 @@ step_gpt2_pytorch() {
     --precision fp32,tf32,bf16 --batch 8 --steps "$gpt2_steps" --warmup "$gpt2_warmup"
 }
 
+step_onnx_r50() {
+  [[ -x $pk/bench/onnx_bench ]] || { echo "onnx_bench is not in the pack (see MANIFEST)"; return 3; }
+  local dir=$work/onnx_r50
+  "$pk/bench/onnx_bench" --out "$dir" --model resnet50 --batch 32 --input-size 224 --device cuda --iters 20 --warmup 3 ||
+    return $?
+  # onnxruntime is the image's Python package: the system's library path, not ours.
+  LD_LIBRARY_PATH=$orig_ld python3 "$root/bench/onnx_ort_bench.py" "$dir" 32 224 --iters 20 --warmup 3 --provider cuda
+}
+
+step_tensorboard() {
+  local run=$work/runs/resnet20
+  compgen -G "$run/**/events.out.tfevents.*" >/dev/null || compgen -G "$run/events.out.tfevents.*" >/dev/null ||
+    { echo "no TensorBoard event files under $run (the resnet20 step writes them)"; return 3; }
+  LD_LIBRARY_PATH=$orig_ld python3 - "$run" <<'PY'
+import json, sys
+from tensorboard.backend.event_processing.event_multiplexer import EventMultiplexer
+mux = EventMultiplexer().AddRunsFromDirectory(sys.argv[1])
+mux.Reload()
+runs = {}
+for run, tags in mux.Runs().items():
+    runs[run] = {tag: len(mux.Scalars(run, tag)) for tag in tags.get("scalars", [])}
+print(json.dumps({"tensorboard_runs": runs}))
+sys.exit(0 if any(runs.values()) else 1)
+PY
+}
+
 step_sanitizer() {
   local cs c
   cs=$(command -v compute-sanitizer)
@@ -208,14 +237,17 @@ steps_tsv=$logs/steps.tsv
 : >"$steps_tsv"
 
 # Order, limit and minimum of each step: a step never takes time that later steps' minimums need.
-order=(nvidia_smi doctor gpu_tests resnet20 r50_tandem_fp32 r50_tandem_tf32 r50_tandem_bf16 r50_pytorch gpt2_tandem
-       gpt2_pytorch sanitizer)
-declare -A cap=([nvidia_smi]=20 [doctor]=40 [gpu_tests]=120 [resnet20]=100 [r50_tandem_fp32]=70 [r50_tandem_tf32]=60
-                [r50_tandem_bf16]=60 [r50_pytorch]=120 [gpt2_tandem]=90 [gpt2_pytorch]=90 [sanitizer]=120)
+order=(nvidia_smi doctor gpu_tests resnet20 tensorboard r50_tandem_fp32 r50_tandem_tf32 r50_tandem_bf16 r50_pytorch
+       onnx_r50 gpt2_tandem gpt2_pytorch sanitizer)
+declare -A cap=([nvidia_smi]=20 [doctor]=40 [gpu_tests]=120 [resnet20]=100 [tensorboard]=30 [r50_tandem_fp32]=70
+                [r50_tandem_tf32]=60 [r50_tandem_bf16]=60 [r50_pytorch]=120 [onnx_r50]=60 [gpt2_tandem]=90
+                [gpt2_pytorch]=90 [sanitizer]=120)
 # The minimums are what each step took on the H200 (2026-12-04) with some room: ResNet-20's epoch
 # 6 s, a ResNet-50 precision 28-42 s at 20 steps.
-declare -A floor=([nvidia_smi]=5 [doctor]=10 [gpu_tests]=40 [resnet20]=20 [r50_tandem_fp32]=25 [r50_tandem_tf32]=25
-                  [r50_tandem_bf16]=25 [r50_pytorch]=60 [gpt2_tandem]=30 [gpt2_pytorch]=40 [sanitizer]=0)
+# tensorboard and onnx_r50 have not run on a GPU machine yet: their minimums are guesses.
+declare -A floor=([nvidia_smi]=5 [doctor]=10 [gpu_tests]=40 [resnet20]=20 [tensorboard]=5 [r50_tandem_fp32]=25
+                  [r50_tandem_tf32]=25 [r50_tandem_bf16]=25 [r50_pytorch]=60 [onnx_r50]=20 [gpt2_tandem]=30
+                  [gpt2_pytorch]=40 [sanitizer]=0)
 
 # A step left out (--skip) reserves no time.
 for s in "${order[@]}"; do [[ ,$skip, == *,$s,* ]] && floor[$s]=0; done
@@ -384,10 +416,12 @@ run_step nvidia_smi
 run_step doctor
 run_step gpu_tests
 run_step resnet20
+run_step tensorboard
 run_step r50_tandem_fp32 fp32
 run_step r50_tandem_tf32 tf32
 run_step r50_tandem_bf16 bf16
 run_step r50_pytorch
+run_step onnx_r50
 run_step gpt2_tandem
 run_step gpt2_pytorch
 run_step sanitizer

@@ -194,6 +194,17 @@ report["gpt2"] = gpt2
 if "gpt2_tandem" in step and step["gpt2_tandem"]["status"] != "skipped" and not gpt2["tandem"]:
     gpt2["errors"].append("tandem: " + last_lines(f"{logs}/gpt2_tandem.log"))
 
+# ONNX: Tandem's GPU eval forward of ResNet-50 beside onnxruntime's CUDA provider on the exported file
+onnx = {}
+for d in json_lines(read(f"{logs}/onnx_r50.log")):
+    onnx.update({("tandem" if "tandem_images_per_s" in d else "onnxruntime"): d})
+if onnx.get("tandem", {}).get("tandem_images_per_s") and onnx.get("onnxruntime", {}).get("ort_images_per_s"):
+    onnx["ratio_tandem_over_onnxruntime"] = round(onnx["tandem"]["tandem_images_per_s"] /
+                                                  onnx["onnxruntime"]["ort_images_per_s"], 3)
+report["onnx"] = onnx
+# TensorBoard's reader on the ResNet-20 run's event files
+report["tensorboard"] = next((d for d in json_lines(read(f"{logs}/tensorboard.log")) if "tensorboard_runs" in d), {})
+
 # Device memory in use (nvidia-smi every 0.5 s): the whole check's peak and each step's
 samples = []
 for line in read(f"{logs}/gpu_memory.csv").splitlines():
@@ -327,6 +338,22 @@ if gpt2["tandem"] or gpt2["pytorch"] or gpt2["errors"]:
                   f"{gib(d.get('peak_bytes_in_use') or d.get('peak_bytes_allocated'))} | {ratio} |")
     md += [f"- {e}" for e in gpt2["errors"]]
     md += ["", "Tandem's peak is its allocator's over the whole process (the three precisions run in one)."]
+md += ["", "## ONNX: ResNet-50 exported, batch 32, 224x224, Tandem's GPU eval forward beside onnxruntime (CUDA)", ""]
+if onnx.get("onnxruntime", {}).get("error") or not onnx:
+    md.append(f"not compared: {onnx.get('onnxruntime', {}).get('error') or last_lines(f'{logs}/onnx_r50.log')}")
+else:
+    t, o = onnx.get("tandem", {}), onnx.get("onnxruntime", {})
+    md.append(f"export {num(t.get('export_s'), '{:.2f}')} s, {num((t.get('onnx_bytes') or 0) / 1e6)} MB; Tandem "
+              f"{num(t.get('tandem_images_per_s'))} images/s, onnxruntime {o.get('onnxruntime', '?')} "
+              f"{num(o.get('ort_images_per_s'))} images/s (Tandem / onnxruntime "
+              f"{num(onnx.get('ratio_tandem_over_onnxruntime'), '{:.3f}')}); largest logit difference "
+              f"{num(o.get('max_abs_difference'), '{:.2e}')} of {num(o.get('max_abs_logit'), '{:.2f}')} "
+              f"(tolerance {o.get('tolerance', '?')} relative)")
+tb = report["tensorboard"].get("tensorboard_runs")
+md += ["", "## TensorBoard's reader on the ResNet-20 run", ""]
+md += [f"- {run or '.'}: " + ", ".join(f"{tag} ({n})" for tag, n in sorted(tags.items())) for run, tags in (tb or {}).items()]
+if not tb:
+    md.append(f"not read: {last_lines(f'{logs}/tensorboard.log')}")
 doctor = report["doctor"] or {}
 md += ["", "## trainer doctor", "", f"{doctor.get('verdict', 'no report')}"]
 md += [f"- {c.get('severity')}: {c.get('summary')} (fix: {c.get('fix')})" for c in doctor.get("causes", [])]
