@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include <cstdio>
 #include <fstream>
 
 #include "data/convert/convert.h"
@@ -88,6 +89,8 @@ TEST(OnnxExportCli, ResNet20OnFashionMnistHasTheSameTop1UnderOnnxruntime) {
                                       dir / "ort.json");
   const nlohmann::json theirs = nlohmann::json::parse(ort);
   ASSERT_EQ(theirs["examples"], 10000) << ort;
+  std::printf("trainer eval top-1 %.4f, onnxruntime top-1 %.4f on %d images\n", tandem_top1,
+              static_cast<double>(theirs["top1"]), static_cast<int>(theirs["examples"]));
   // 0.02 points: two images of 10,000 may fall the other way on a near tie.
   EXPECT_NEAR(static_cast<double>(theirs["top1"]), tandem_top1, 0.0002) << ort << eval;
   fs::remove_all(dir);

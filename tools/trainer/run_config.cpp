@@ -29,12 +29,10 @@ void check_tokens_fit_model(const data::PipelineConfig& d, const train::ModelCon
                section, d.tokens->length, d.tokens->length - 1, m.block_size, d.tokens->length - 1);
 }
 
-}  // namespace
-
-RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
+// The strict walk of a whole config document; path names its source in every error.
+RunConfig parse_run_config(YAML::Node root, const std::string& path, const std::vector<std::string>& overrides) {
   RunConfig config;
   config.path = path;
-  YAML::Node root = yaml::load_file(path);
   // Checked before any --set, which would otherwise index into a scalar or a list.
   if (root.IsNull() && !overrides.empty()) root = YAML::Node(YAML::NodeType::Map);
   TANDEM_CHECK(root.IsMap(), ErrorCode::kInvalidArgument,
@@ -78,6 +76,16 @@ RunConfig load_run_config(const std::string& path, const std::vector<std::string
   out << root;
   config.resolved_yaml = out.c_str();
   return config;
+}
+
+}  // namespace
+
+RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides) {
+  return parse_run_config(yaml::load_file(path), path, overrides);
+}
+
+RunConfig run_config_from_text(const std::string& text, const std::string& source) {
+  return parse_run_config(yaml::load(text, source), source, {});
 }
 
 }  // namespace tandem::tools

@@ -24,4 +24,8 @@ struct RunConfig {
 
 RunConfig load_run_config(const std::string& path, const std::vector<std::string>& overrides);
 
+// The same strict reading of a config held as text (a checkpoint's meta.json keeps the resolved
+// config of its run); source names it in errors, as the path does for a file.
+RunConfig run_config_from_text(const std::string& text, const std::string& source);
+
 }  // namespace tandem::tools

@@ -50,7 +50,9 @@ int tandem::trainer_main(int argc, char** argv) {
   tandem::tools::add_convert_verb(app, exit_code);
   tandem::tools::add_bench_input_verb(app, exit_code);
   tandem::tools::add_eval_verb(app, exit_code);
+  tandem::tools::add_predict_verb(app, exit_code);
   tandem::tools::add_generate_verb(app, exit_code);
+  tandem::tools::add_export_verb(app, exit_code);
   tandem::tools::add_scaling_verb(app, exit_code);
   tandem::tools::add_train_verb(app, exit_code);
   try {

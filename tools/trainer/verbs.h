@@ -29,7 +29,9 @@ void add_bench_input_verb(CLI::App& app, int& exit_code);
 // The main job has no verb: `trainer --config FILE` (options on the app itself).
 void add_train_verb(CLI::App& app, int& exit_code);
 void add_eval_verb(CLI::App& app, int& exit_code);
+void add_predict_verb(CLI::App& app, int& exit_code);
 void add_generate_verb(CLI::App& app, int& exit_code);
+void add_export_verb(CLI::App& app, int& exit_code);
 void add_scaling_verb(CLI::App& app, int& exit_code);
 
 }  // namespace tandem::tools
