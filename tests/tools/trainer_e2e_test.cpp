@@ -152,6 +152,10 @@ TEST(TrainerEndToEnd, AnEvaluationSetOfNoRecordsIsAnErrorBeforeTraining) {
   EXPECT_EQ(testing::run_trainer(testing::train_args(dir / "run.yaml", dir / "run2"), dir / "log2.txt"), 1);
   const std::string log2 = testing::read_text(dir / "log2.txt");
   EXPECT_NE(log2.find("evaluation at step 2: eval_data yielded no examples"), std::string::npos) << log2;
+  // Its eval_data has no image section: training's random crop and flip, said at start.
+  EXPECT_NE(log2.find("eval_data augments its images at random (random_resized_crop, horizontal_flip)"),
+            std::string::npos)
+      << log2;
   EXPECT_TRUE(fs::exists(dir / "run2" / "checkpoints" / "step-00000002" / "model.safetensors")) << log2;
 
   // Without eval_data, `trainer eval` evaluates the training data and says so.
@@ -177,6 +181,7 @@ TEST(TrainerEndToEnd, AResumeWithNothingLeftKeepsTheSummaryAndRunsAMissedEvaluat
   std::ofstream(dir / "run.yaml") << yaml;
   const std::string args = testing::train_args(dir / "run.yaml", dir / "run");
   ASSERT_EQ(testing::run_trainer(args, dir / "first.txt"), 0) << testing::read_text(dir / "first.txt");
+  EXPECT_EQ(testing::read_text(dir / "first.txt").find("augments its images at random"), std::string::npos);
   const fs::path summary_path = dir / "run" / "run_summary.json";
   const nlohmann::json first = nlohmann::json::parse(std::ifstream(summary_path));
   ASSERT_TRUE(first["final_metrics"].contains("eval_top1")) << first.dump();

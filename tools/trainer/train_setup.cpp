@@ -3,6 +3,10 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <string>
+#include <vector>
+
+#include <fmt/ranges.h>
 
 #include "data/pipeline/replica_pipeline.h"
 #include "engine/backend/doctor/doctor.h"
@@ -31,6 +35,26 @@ distribute::ReplicaPlan plan_for(const train::TrainConfig& c, const distribute::
   return distribute::plan_replicas(request);
 }
 
+namespace {
+
+// The augmentation defaults are training's (random resized crop, flip): an eval_data section that
+// does not turn them off evaluates randomly changed images, whose figures move from one evaluation
+// to the next. Kept as written (a config may mean it), but said.
+void warn_of_random_evaluation(const data::PipelineConfig& config) {
+  const data::AugmentOptions& a = config.image.augment;
+  if (config.tokens || (!a.random_resized_crop && !a.horizontal_flip && a.crop_padding == 0)) return;
+  std::vector<std::string> random;
+  if (a.random_resized_crop) random.push_back("random_resized_crop");
+  if (a.crop_padding > 0) random.push_back("crop_padding");
+  if (a.horizontal_flip) random.push_back("horizontal_flip");
+  spdlog::warn("eval_data augments its images at random ({}), so every evaluation sees other images and its figures "
+               "move; set eval_data.image.augment: {{random_resized_crop: false, horizontal_flip: false}} (the "
+               "defaults are training's)",
+               fmt::join(random, ", "));
+}
+
+}  // namespace
+
 std::vector<std::unique_ptr<BatchSource>> make_sources(data::PipelineConfig config,
                                                               const distribute::ReplicaPlan& plan,
                                                               const train::TrainConfig& train, bool for_eval,
@@ -39,7 +63,10 @@ std::vector<std::unique_ptr<BatchSource>> make_sources(data::PipelineConfig conf
   config.image.augment.layout = train.model.channels_last ? data::ImageLayout::kNHWC : data::ImageLayout::kNCHW;
   config.image.num_classes = train.model.num_classes;  // a bad label names its file and record
   if (config.seed == 0) config.seed = train.seed;
-  if (for_eval) config.drop_remainder = false;  // every evaluation example counts
+  if (for_eval) {
+    config.drop_remainder = false;  // every evaluation example counts
+    warn_of_random_evaluation(config);
+  }
   data::ReplicaPipelines pipelines = data::build_replica_pipelines(
       config, plan.replicas(), plan.first_replica(), plan.local_replicas(), plan.process_rank == 0);
   std::vector<std::unique_ptr<BatchSource>> sources;
