@@ -54,8 +54,8 @@ Variable conv2d(ExecutionContext& ctx, const Variable& x, const Variable& w, con
 }
 
 Variable max_pool2d(ExecutionContext& ctx, const Variable& x, const Pool2dParams& params) {
-  trace_pool("max_pool2d", params);
   backend::MaxPoolForward f = backend::max_pool2d_forward(ctx, params, x.value());
+  trace_pool("max_pool2d", params);
   Tensor xv = x.value(), workspace = f.workspace;
   return make_op("max_pool2d", std::move(f.y), {x}, [&ctx, params, xv, workspace](const Tensor& dy) {
     return std::vector<Tensor>{backend::max_pool2d_backward(ctx, params, xv, dy, workspace)};
@@ -63,8 +63,8 @@ Variable max_pool2d(ExecutionContext& ctx, const Variable& x, const Pool2dParams
 }
 
 Variable avg_pool2d(ExecutionContext& ctx, const Variable& x, const Pool2dParams& params) {
-  trace_pool("avg_pool2d", params);
   Tensor y = backend::avg_pool2d_forward(ctx, params, x.value());
+  trace_pool("avg_pool2d", params);
   Shape x_shape = x.shape();
   return make_op("avg_pool2d", std::move(y), {x}, [&ctx, params, x_shape](const Tensor& dy) {
     return std::vector<Tensor>{backend::avg_pool2d_backward(ctx, params, dy, x_shape)};

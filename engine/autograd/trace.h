@@ -33,6 +33,9 @@ struct TracedOp {
 class Tracer {
  public:
   const std::vector<TracedOp>& ops() const { return ops_; }
+  // Attributes set for an op that never recorded itself (it threw after trace_attributes): empty
+  // after a pass that finished.
+  const std::string& pending_op() const { return pending_op_; }
 
  private:
   friend void trace_op(const std::string&, const std::vector<Variable>&, const Tensor&);

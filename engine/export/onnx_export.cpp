@@ -101,6 +101,12 @@ void build_graph(onnx::ModelProto& m, nn::Module& model, const OnnxInputSpec& sp
     detail::OpContext c(t, i, g);
     detail::emit_op(c);
   }
+  TANDEM_CHECK(t.outputs[0].dtype() == DType::kF32, ErrorCode::kUnimplemented,
+               "export_onnx: the forward returns {}; the exporter writes f32 outputs", t.outputs[0].describe());
+  for (const auto& [name, p] : model.named_parameters()) {
+    TANDEM_CHECK(name != spec.output_name && name != spec.name, ErrorCode::kInvalidArgument,
+                 "export_onnx: '{}' names a parameter of the model; give the input and output other names", name);
+  }
   std::optional<std::string> result = g.lookup(t.outputs[0]);
   TANDEM_CHECK(result.has_value(), ErrorCode::kUnimplemented,
                "export_onnx: the forward's result {} was not computed by Tandem's ops (nothing in the trace made it)",

@@ -1,8 +1,9 @@
 // ONNX export: a Module's eval-mode forward pass as an ONNX model that onnxruntime, TensorRT and
-// OpenVINO run. The forward is traced (autograd/trace.h) on random inputs, once as given and once
-// more for each dynamic axis with that axis one longer or shorter, so that every size that follows
-// an input axis (a reshape to (batch, tokens, heads, dims)) is written as a computation on the
-// input's shape, not as the number seen while tracing. Each traced op becomes the ONNX operators
+// OpenVINO run. The forward is traced (autograd/trace.h) on random inputs, once as given, once
+// more for each dynamic axis with that axis resized, and once to check with all of them resized
+// another way and other values, so that every size that follows an input axis (a reshape to (batch,
+// tokens, heads, dims)) is written as a computation on the input's shape, not as the number seen
+// while tracing, and a value computed from the input outside the ops is caught. Each traced op becomes the ONNX operators
 // that compute exactly it; an op without a faithful ONNX form at the requested opset is an error
 // naming the op and the opset that has one. The file is checked with ONNX's own checker and full
 // shape inference (libonnx) before it is written. docs/EXPORT.md.
@@ -36,8 +37,7 @@ struct OnnxInputSpec {
 };
 
 struct OnnxExportOptions {
-  // 13 to 17 (ONNX 1.12, Debian's libonnx, knows opsets up to 17). LayerNormalization needs 17 and
-  // a causal mask (Trilu) 14.
+  // 13 to 17 (ONNX 1.12, Debian's libonnx, knows opsets up to 17). LayerNormalization needs 17.
   int opset = 17;
   std::string graph_name = "tandem";
 };

@@ -1,6 +1,8 @@
 #include "engine/export/onnx_ops.h"
 
 #include <cstring>
+#include <type_traits>
+#include <variant>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -13,6 +15,22 @@ bool same_values(const Tensor& a, const Tensor& b) {
   const Tensor ha = a.to(Device::cpu()).to_format(MemoryFormat::kContiguous);
   const Tensor hb = b.to(Device::cpu()).to_format(MemoryFormat::kContiguous);
   return std::memcmp(ha.raw_data(), hb.raw_data(), ha.nbytes()) == 0;
+}
+
+// Tensors are compared where they are resolved (OpContext::resolve); everything else by value.
+bool same_attribute(const autograd::TraceAttribute& a, const autograd::TraceAttribute& b) {
+  if (a.index() != b.index()) return false;
+  if (std::holds_alternative<Tensor>(a)) return true;
+  return std::visit(
+      [&b](const auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, Tensor>) {
+          return true;
+        } else {
+          return x == std::get<T>(b);
+        }
+      },
+      a);
 }
 
 std::vector<int64_t> dims_of(const Tensor& t) {
@@ -47,9 +65,10 @@ std::string OpContext::resolve(const std::vector<Tensor>& per_pass, const std::s
   // same values, else something computed from the input outside the ops, which ONNX cannot repeat.
   for (size_t p = 1; p < per_pass.size(); ++p) {
     if (!same_values(per_pass[0], per_pass[p])) {
-      unsupported(fmt::format("its {} ({}) was computed from the input outside Tandem's ops (it differs between "
-                              "traces), so the exported model could not compute it; build it with autograd ops",
-                              what, per_pass[0].describe()));
+      unsupported(fmt::format("its {} ({}) was built outside Tandem's ops and differs between traces ({} for input "
+                              "{}): it was computed from the input or follows its size, so the exported model could "
+                              "not compute it; build it with autograd ops",
+                              what, per_pass[0].describe(), per_pass[p].shape().str(), passes_.inputs[p].shape().str()));
     }
   }
   std::string name = g.initializer(fmt::format("{}_{}_{}", op().op, index_, what), per_pass[0]);
@@ -69,13 +88,25 @@ std::string OpContext::tensor_input(const std::string& attribute) {
   return resolve(per_pass, attribute);
 }
 
-int64_t OpContext::integer(const std::string& name) const { return std::get<int64_t>(op().attributes.at(name)); }
-float OpContext::real(const std::string& name) const {
-  return static_cast<float>(std::get<double>(op().attributes.at(name)));
+const autograd::TraceAttribute& OpContext::same_in_every_pass(const std::string& name) const {
+  const autograd::TraceAttribute& first = op().attributes.at(name);
+  for (size_t p = 1; p < passes_.passes(); ++p) {
+    if (!same_attribute(op(p).attributes.at(name), first)) {
+      unsupported(fmt::format("its {} changes with the size of the input ({} instead of {}), which its ONNX form "
+                              "cannot follow; export with the input's axes fixed",
+                              name, passes_.inputs[p].shape().str(), passes_.inputs[0].shape().str()));
+    }
+  }
+  return first;
 }
-std::string OpContext::text(const std::string& name) const { return std::get<std::string>(op().attributes.at(name)); }
+
+int64_t OpContext::integer(const std::string& name) const { return std::get<int64_t>(same_in_every_pass(name)); }
+float OpContext::real(const std::string& name) const {
+  return static_cast<float>(std::get<double>(same_in_every_pass(name)));
+}
+std::string OpContext::text(const std::string& name) const { return std::get<std::string>(same_in_every_pass(name)); }
 std::vector<int64_t> OpContext::integers(const std::string& name) const {
-  return std::get<std::vector<int64_t>>(op().attributes.at(name));
+  return std::get<std::vector<int64_t>>(same_in_every_pass(name));
 }
 const Tensor& OpContext::tensor(const std::string& name) const { return std::get<Tensor>(op().attributes.at(name)); }
 

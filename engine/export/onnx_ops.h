@@ -42,6 +42,8 @@ class OpContext {
 
  private:
   std::string resolve(const std::vector<Tensor>& per_pass, const std::string& what);
+  // The attribute as the first pass recorded it, after checking every pass recorded the same.
+  const autograd::TraceAttribute& same_in_every_pass(const std::string& name) const;
   std::vector<SymbolicDim> solve_all(const std::vector<std::vector<int64_t>>& per_pass, const std::string& what) const;
 
   const TracePasses& passes_;

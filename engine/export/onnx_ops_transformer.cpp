@@ -67,6 +67,10 @@ void layer_norm(OpContext& c) {
   size_t next = 1;
   std::string scale = c.integer("with_weight") != 0 ? c.input(next++) : std::string();
   if (scale.empty()) {  // LayerNormalization always scales: by ones, as elementwise_affine=False does not
+    const std::vector<SymbolicDim> shape = c.output_shape();
+    for (size_t d = shape.size() - static_cast<size_t>(dims); d < shape.size(); ++d) {
+      if (!shape[d].constant()) c.unsupported("a layer norm without weight over a dynamic axis has no fixed Scale");
+    }
     const auto d = x.shape().dims();
     Tensor ones = Tensor::empty(Shape(std::span<const int64_t>(d.end() - dims, d.end())));
     std::fill_n(ones.data<float>(), ones.numel(), 1.0f);
@@ -78,7 +82,9 @@ void layer_norm(OpContext& c) {
 }
 
 // softmax(q k^T scale + mask) v on (B, H, T, D). The causal mask (aligned bottom-right, as
-// backend::AttentionParams) compares row and column indices, so it follows the sequence's length.
+// backend::AttentionParams) compares row and column indices, so it follows the sequence's length. A
+// query that may see no key (a row all masked, or causal with more queries than keys) gets zeros,
+// as Tandem's kernels give it, where ONNX's Softmax of a row of -inf is NaN.
 std::string causal_scores(OpContext& c, const std::string& q, const std::string& k, const std::string& scores) {
   GraphBuilder& g = c.g;
   std::string tq = g.add("Gather", {g.add("Shape", {q}), g.scalar_i64(2)}, {{"axis", int64_t{0}}});
@@ -109,8 +115,11 @@ void attention(OpContext& c) {
       scores = g.add("Add", {scores, mask});
     }
   }
+  const bool masked = c.tensor("mask").defined() || c.integer("causal") != 0;
   if (c.integer("causal") != 0) scores = causal_scores(c, q, k, scores);
-  c.output(g.add("MatMul", {g.add("Softmax", {scores}, {{"axis", int64_t{-1}}}), v}));
+  std::string p = g.add("Softmax", {scores}, {{"axis", int64_t{-1}}});
+  if (masked) p = g.add("Where", {g.add("IsNaN", {p}), g.scalar_f32(0.0f), p});
+  c.output(g.add("MatMul", {p, v}));
 }
 
 using Emitter = void (*)(OpContext&);

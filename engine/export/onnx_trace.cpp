@@ -25,6 +25,10 @@ Tensor random_input(const OnnxInputSpec& spec, const std::vector<int64_t>& dims,
 }
 
 void check_spec(const OnnxInputSpec& spec) {
+  TANDEM_CHECK(!spec.name.empty() && !spec.output_name.empty() && spec.name != spec.output_name,
+               ErrorCode::kInvalidArgument,
+               "export_onnx: the input and output need two different, non-empty names (got '{}' and '{}')", spec.name,
+               spec.output_name);
   TANDEM_CHECK(!spec.shape.empty() && std::all_of(spec.shape.begin(), spec.shape.end(), [](int64_t d) { return d > 0; }),
                ErrorCode::kInvalidArgument, "export_onnx: input '{}' needs a shape of positive sizes to trace with",
                spec.name);
@@ -45,15 +49,31 @@ void check_same_ops(const TracePasses& t, const OnnxInputSpec& spec) {
   const auto& base = t.tracers[0].ops();
   for (size_t p = 1; p < t.passes(); ++p) {
     const auto& ops = t.tracers[p].ops();
-    const int axis = t.dynamic_axes[p - 1];
     bool same = ops.size() == base.size();
-    for (size_t i = 0; same && i < ops.size(); ++i) same = ops[i].op == base[i].op;
+    for (size_t i = 0; same && i < ops.size(); ++i) {
+      same = ops[i].op == base[i].op && ops[i].inputs.size() == base[i].inputs.size();
+    }
     TANDEM_CHECK(same, ErrorCode::kInvalidArgument,
-                 "export_onnx: the forward runs other ops when axis {} ('{}') of input '{}' is {} instead of {} "
-                 "({} ops instead of {}), so that axis cannot be dynamic; export with it fixed",
-                 axis, spec.dynamic_axes.at(axis), spec.name, t.inputs[p].dim(axis), t.inputs[0].dim(axis), ops.size(),
-                 base.size());
+                 "export_onnx: the forward runs other ops when input '{}' is {} instead of {} ({} ops instead of {}), so "
+                 "its dynamic axes cannot be dynamic; export with them fixed",
+                 spec.name, t.inputs[p].shape().str(), t.inputs[0].shape().str(), ops.size(), base.size());
   }
+}
+
+// Each module's own mode: a model may hold submodules kept in eval mode on purpose (frozen batch
+// norm), which Module::train(bool), recursive, would overwrite.
+std::vector<std::pair<nn::Module*, bool>> modes_of(nn::Module& m) {
+  std::vector<std::pair<nn::Module*, bool>> modes{{&m, m.is_training()}};
+  for (auto& [name, child] : m.named_children()) {
+    auto below = modes_of(*child);
+    modes.insert(modes.end(), below.begin(), below.end());
+  }
+  return modes;
+}
+
+// Pre-order: a parent's recursive train() first, then its children's own modes over it.
+void restore(const std::vector<std::pair<nn::Module*, bool>>& modes) {
+  for (const auto& [module, training] : modes) module->train(training);
 }
 
 }  // namespace
@@ -68,7 +88,7 @@ std::optional<SymbolicDim> TracePasses::solve(std::span<const int64_t> sizes) co
   }
   if (sizes[0] % divisor != 0) return std::nullopt;
   d.factor = sizes[0] / divisor;
-  for (size_t p = 0; p < passes(); ++p) {
+  for (size_t p = 0; p < passes(); ++p) {  // the check pass included
     int64_t expected = d.factor;
     for (int axis : d.axes) expected *= inputs[p].dim(axis);
     if (expected != sizes[p]) return std::nullopt;
@@ -81,19 +101,23 @@ TracePasses trace_passes(nn::Module& model, const OnnxInputSpec& spec) {
   TracePasses t;
   for (const auto& entry : spec.dynamic_axes) t.dynamic_axes.push_back(entry.first);
   t.inputs.push_back(random_input(spec, spec.shape, 1));
+  // The probes go down (up from 1), the check up (2 from 1): three sizes per axis.
+  std::vector<int64_t> check = spec.shape;
   for (size_t i = 0; i < t.dynamic_axes.size(); ++i) {
     std::vector<int64_t> dims = spec.shape;
-    int64_t& d = dims[static_cast<size_t>(t.dynamic_axes[i])];
-    d = d > 1 ? d - 1 : d + 1;
+    const auto axis = static_cast<size_t>(t.dynamic_axes[i]);
+    dims[axis] = dims[axis] > 1 ? dims[axis] - 1 : 2;
+    check[axis] = spec.shape[axis] > 1 ? spec.shape[axis] + 1 : 3;
     t.inputs.push_back(random_input(spec, dims, static_cast<uint32_t>(2 + i)));
   }
+  t.inputs.push_back(random_input(spec, check, 1000));
   for (const auto& p : model.parameters()) {
     TANDEM_CHECK(p.value().device().is_cpu(), ErrorCode::kInvalidArgument,
                  "export_onnx traces the model on the CPU, but parameter '{}' is on {}: call model.to(Device::cpu()) "
                  "first",
                  p.name(), p.value().device().str());
   }
-  const bool was_training = model.is_training();
+  const auto modes = modes_of(model);
   model.eval();
   ExecutionContext ctx(Device::cpu(), 0, 0);
   t.tracers.resize(t.inputs.size());
@@ -102,12 +126,14 @@ TracePasses trace_passes(nn::Module& model, const OnnxInputSpec& spec) {
     for (size_t p = 0; p < t.inputs.size(); ++p) {
       autograd::TraceGuard guard(t.tracers[p]);
       t.outputs.push_back(model.forward(ctx, autograd::Variable(t.inputs[p])).value());
+      TANDEM_CHECK(t.tracers[p].pending_op().empty(), ErrorCode::kInternal,
+                   "export_onnx: op '{}' set trace attributes and never recorded itself", t.tracers[p].pending_op());
     }
   } catch (...) {
-    model.train(was_training);
+    restore(modes);
     throw;
   }
-  model.train(was_training);
+  restore(modes);
   check_same_ops(t, spec);
   return t;
 }

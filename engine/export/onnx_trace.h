@@ -1,6 +1,9 @@
 // The traces an ONNX export is built from (internal to engine/export): the model's forward run once
-// on the input as specified and once more per dynamic axis with that axis resized, so that a size
-// seen in the trace can be told apart as a constant or as a product of the input's axes.
+// on the input as specified, once more per dynamic axis with that axis resized (which sizes follow
+// it), and a last time with every dynamic axis resized the other way and other random values (which
+// must confirm every size solved, and leave every constant as it was: a size that is no product of
+// the axes, as a pooled length that is the same for 8 and 7 rows, or a value computed from the input
+// outside the ops, shows there even without dynamic axes).
 #pragma once
 
 #include <optional>
@@ -22,7 +25,8 @@ struct SymbolicDim {
 
 struct TracePasses {
   std::vector<int> dynamic_axes;           // sorted input axes
-  std::vector<Tensor> inputs;              // [0] as specified, [1 + i] with dynamic_axes[i] resized
+  // [0] as specified, [1 + i] with dynamic_axes[i] resized, [last] the check: every axis resized
+  std::vector<Tensor> inputs;
   std::vector<autograd::Tracer> tracers;   // one per input
   std::vector<Tensor> outputs;             // the forward's result, one per input
 

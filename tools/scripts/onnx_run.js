@@ -50,7 +50,7 @@ async function main() {
   const outputs = {};
   for (const [name, tensor] of Object.entries(results)) {
     const file = path.join(outputDir, `${name}.bin`);
-    const values = Float32Array.from(tensor.data);
+    const values = Float32Array.from(tensor.data, Number);  // int64 outputs come as BigInt
     fs.writeFileSync(file, Buffer.from(values.buffer));
     outputs[name] = {dims: tensor.dims, file};
   }

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "data/pipeline/pipeline_config.h"
@@ -33,9 +34,11 @@ exporter::OnnxInputSpec token_input(const train::ModelConfig& m) {
   in.dtype = DType::kI64;
   in.layout = "NT";
   in.vocab_size = m.vocab_size;
-  in.shape = {2, std::min<int64_t>(8, m.block_size)};
+  // The traces probe one token shorter and check one longer (onnx_trace.h): a window below the
+  // block size leaves room for both.
+  in.shape = {2, std::clamp<int64_t>(m.block_size - 1, 1, 8)};
   in.dynamic_axes = {{0, "batch"}};
-  if (m.block_size > 1) in.dynamic_axes[1] = "sequence";  // a window of 1 cannot be traced at two lengths
+  if (m.block_size >= 3) in.dynamic_axes[1] = "sequence";
   in.metadata["vocab_size"] = std::to_string(m.vocab_size);
   in.metadata["max_sequence_length"] = std::to_string(m.block_size);
   return in;
