@@ -52,14 +52,14 @@ Variable batchnorm_inference(ExecutionContext& ctx, const Variable& x, const Var
                              const BatchNormParams& params) {
   Tensor y = backend::batchnorm_forward_inference(ctx, params, x.value(), gamma.value(), beta.value(), running_mean,
                                                   running_var);
-  // Eval mode is for evaluation: a forward without NoGradGuard is fine, but a gradient through
-  // frozen statistics is not provided yet, so backward says so instead of computing a wrong one.
   if (tracing()) {
     trace_attributes("batchnorm_inference", {{"eps", double{params.eps}},
                                              {"fuse_relu", int64_t{params.fuse_relu}},
                                              {"running_mean", running_mean},
                                              {"running_var", running_var}});
   }
+  // Eval mode is for evaluation: a forward without NoGradGuard is fine, but a gradient through
+  // frozen statistics is not provided yet, so backward says so instead of computing a wrong one.
   return make_op("batchnorm_inference", std::move(y), {x, gamma, beta}, [](const Tensor&) -> std::vector<Tensor> {
     throw_error(ErrorCode::kUnimplemented,
                 "backward through batchnorm in eval mode (frozen statistics) is not supported: train the "

@@ -340,7 +340,7 @@ if gpt2["tandem"] or gpt2["pytorch"] or gpt2["errors"]:
     md += ["", "Tandem's peak is its allocator's over the whole process (the three precisions run in one)."]
 md += ["", "## ONNX: ResNet-50 exported, batch 32, 224x224, Tandem's GPU eval forward beside onnxruntime (CUDA)", ""]
 if onnx.get("onnxruntime", {}).get("error") or not onnx:
-    md.append(f"not compared: {onnx.get('onnxruntime', {}).get('error') or last_lines(f'{logs}/onnx_r50.log')}")
+    md.append(f"not compared: {onnx.get('onnxruntime', {}).get('error') or last_lines(f'{logs}/onnx_r50.log') or 'not run'}")
 else:
     t, o = onnx.get("tandem", {}), onnx.get("onnxruntime", {})
     md.append(f"export {num(t.get('export_s'), '{:.2f}')} s, {num((t.get('onnx_bytes') or 0) / 1e6)} MB; Tandem "
@@ -353,7 +353,7 @@ tb = report["tensorboard"].get("tensorboard_runs")
 md += ["", "## TensorBoard's reader on the ResNet-20 run", ""]
 md += [f"- {run or '.'}: " + ", ".join(f"{tag} ({n})" for tag, n in sorted(tags.items())) for run, tags in (tb or {}).items()]
 if not tb:
-    md.append(f"not read: {last_lines(f'{logs}/tensorboard.log')}")
+    md.append(f"not read: {last_lines(f'{logs}/tensorboard.log') or 'not run'}")
 doctor = report["doctor"] or {}
 md += ["", "## trainer doctor", "", f"{doctor.get('verdict', 'no report')}"]
 md += [f"- {c.get('severity')}: {c.get('summary')} (fix: {c.get('fix')})" for c in doctor.get("causes", [])]
