@@ -50,7 +50,8 @@ models::ModelSpec image_spec(const std::string& name, int64_t channels, int64_t 
 
 std::vector<Case> cases() {
   std::vector<Case> all;
-  for (const char* name : {"resnet20", "resnet18", "resnet50"}) {
+  // The other depths (resnet32/44/56, resnet101/152) are these blocks in other counts.
+  for (const char* name : {"resnet20", "resnet110", "resnet18", "resnet34", "resnet50"}) {
     all.push_back({name, image_spec(name, 3, 32), image_input({2, 3, 32, 32}), {3, 3, 32, 32}});
   }
   all.push_back({"mlp", image_spec("mlp", 1, 28), image_input({2, 1, 28, 28}), {5, 1, 28, 28}});
