@@ -4,8 +4,8 @@
 #include <cstdio>
 #include <string>
 
-#include "engine/backend/plugin_loader.h"
 #include "tools/trainer/text_generation.h"
+#include "tools/trainer/verb_device.h"
 #include "tools/trainer/verbs.h"
 
 namespace tandem::tools {
@@ -17,17 +17,9 @@ struct GenerateArgs {
   bool no_cache = false;
 };
 
-Device device_for(const std::string& name) {
-  if (name == "cpu") return Device::cpu();
-  const backend::CudaPluginStatus& plugin = backend::load_cuda_plugin();
-  TANDEM_CHECK(plugin.loaded && plugin.device_count > 0, ErrorCode::kUnavailable,
-               "generate --device cuda: no usable GPU: {} (run `trainer doctor`)", plugin.summary());
-  return Device::cuda(0);
-}
-
 int run_generate(GenerateArgs args) {
   args.request.checkpoint = args.checkpoint;
-  args.request.device = device_for(args.device);
+  args.request.device = verb_device("generate", args.device);
   args.request.options.use_cache = !args.no_cache;
   std::fwrite(args.request.prompt.data(), 1, args.request.prompt.size(), stdout);
   generate_text(args.request, [](char c) {

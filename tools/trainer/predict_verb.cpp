@@ -14,12 +14,12 @@
 #include <span>
 
 #include "engine/autograd/variable.h"
-#include "engine/backend/plugin_loader.h"
 #include "engine/core/context.h"
 #include "engine/train/checkpoint/checkpoint.h"
 #include "models/registry.h"
 #include "tools/trainer/predict_inputs.h"
 #include "tools/trainer/run_config.h"
+#include "tools/trainer/verb_device.h"
 #include "tools/trainer/verbs.h"
 
 namespace tandem::tools {
@@ -36,15 +36,6 @@ struct PredictArgs {
   bool json = false;
   bool logits = false;
 };
-
-Device device_for(const std::string& name) {
-  if (name == "cpu") return Device::cpu();
-  const backend::CudaPluginStatus& plugin = backend::load_cuda_plugin();
-  TANDEM_CHECK(plugin.loaded && plugin.device_count > 0, ErrorCode::kUnavailable,
-               "predict --device cuda: no usable GPU: {} (run `trainer doctor`, or use --device cpu)",
-               plugin.summary());
-  return Device::cuda(0);
-}
 
 // A run's folder of checkpoints given for one of them: say which to give instead.
 void check_is_one_checkpoint(const fs::path& dir) {
@@ -156,7 +147,7 @@ int run_predict(const PredictArgs& args) {
   Preprocessing preprocessing = preprocessing_for(config);
   // Every input is found and told apart before the weights are read: a typo fails at once.
   std::vector<PredictInput> inputs = expand_predict_inputs(args.inputs);
-  const Device device = device_for(args.device);
+  const Device device = verb_device("predict", args.device);
   const train::ModelConfig& spec = config.train.model;
   auto model = models::create_model(spec);
   const train::CheckpointMeta meta = train::CheckpointManager::load(dir, *model, nullptr);
