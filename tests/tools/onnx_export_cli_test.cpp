@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <fstream>
 
-#include "data/convert/convert.h"
 #include "tests/support/onnxruntime.h"
 #include "tests/tools/trainer_cli_test_util.h"
 
@@ -17,30 +16,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kIdx = "/usr/share/datasets/fashion-mnist/";
-
-// The first `count` items of another source.
-class First final : public data::ConvertSource {
- public:
-  First(std::unique_ptr<data::ConvertSource> all, size_t count) : all_(std::move(all)), count_(count) {}
-  size_t size() const override { return count_; }
-  std::string record(size_t i) const override { return all_->record(i); }
-  int64_t label(size_t i) const override { return all_->label(i); }
-  uint64_t estimated_bytes() const override { return all_->estimated_bytes() / all_->size() * count_; }
-
- private:
-  std::unique_ptr<data::ConvertSource> all_;
-  size_t count_;
-};
-
-void convert(const std::string& split, size_t count, const fs::path& out, const std::string& prefix) {
-  data::ConvertOptions options;
-  options.output_dir = out.string();
-  options.prefix = prefix;
-  auto all = data::open_idx_source(kIdx + split + "-images-idx3-ubyte.gz", kIdx + split + "-labels-idx1-ubyte.gz");
-  const size_t n = std::min(count, all->size());
-  data::convert(First(std::move(all), n), options);
-}
+const std::string& kIdx = testing::kFashionIdxDir;
 
 std::string config(const fs::path& dir) {
   return "seed: 5\ndevice: cpu\n"
@@ -61,8 +37,8 @@ TEST(OnnxExportCli, ResNet20OnFashionMnistHasTheSameTop1UnderOnnxruntime) {
   if (std::string reason = ::tandem::testing::onnxruntime_skip_reason(); !reason.empty()) GTEST_SKIP() << reason;
   const fs::path dir = fs::temp_directory_path() / ("tandem-onnx-e2e-" + std::to_string(getpid()));
   fs::remove_all(dir);
-  convert("train", 6400, dir, "train");
-  convert("t10k", 10000, dir, "test");
+  testing::write_fashion_split(dir, "train", 6400, "train");
+  testing::write_fashion_split(dir, "t10k", 10000, "test");
   std::ofstream(dir / "run.yaml") << config(dir);
   ASSERT_EQ(testing::run_trainer(testing::train_args(dir / "run.yaml", dir / "run"), dir / "train.txt"), 0)
       << testing::read_text(dir / "train.txt");

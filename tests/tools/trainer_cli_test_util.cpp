@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <memory>
@@ -15,12 +16,14 @@
 #include "data/convert/convert.h"
 
 namespace tandem::tools::testing {
+
+const std::string kFashionIdxDir = "/usr/share/datasets/fashion-mnist/";
+
 namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kImages = "/usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz";
-const std::string kLabels = "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz";
+const std::string kImages = kFashionIdxDir + "t10k-images-idx3-ubyte.gz";
 
 // The first `count` items of another source.
 class Subset final : public data::ConvertSource {
@@ -46,12 +49,20 @@ std::string cli_skip_reason() {
   return {};
 }
 
-void write_fashion_tfrecords(const fs::path& dir, size_t count) {
+void write_fashion_split(const fs::path& out, const std::string& split, size_t count, const std::string& prefix,
+                         int min_shards) {
   data::ConvertOptions options;
-  options.output_dir = (dir / "tfrecords").string();
-  options.prefix = "train";
-  options.min_shards = 2;
-  data::convert(Subset(data::open_idx_source(kImages, kLabels), count), options);
+  options.output_dir = out.string();
+  options.prefix = prefix;
+  options.min_shards = min_shards;
+  auto all = data::open_idx_source(kFashionIdxDir + split + "-images-idx3-ubyte.gz",
+                                   kFashionIdxDir + split + "-labels-idx1-ubyte.gz");
+  const size_t n = std::min(count, all->size());
+  data::convert(Subset(std::move(all), n), options);
+}
+
+void write_fashion_tfrecords(const fs::path& dir, size_t count) {
+  write_fashion_split(dir / "tfrecords", "t10k", count, "train", 2);
 }
 
 const std::string kFashionImage =

@@ -16,6 +16,14 @@ extern const std::string kTrainer;
 // Empty when the trainer binary and the dataset are there; else why the test must skip.
 std::string cli_skip_reason();
 
+// Debian's dataset-fashion-mnist: {train,t10k}-{images-idx3,labels-idx1}-ubyte.gz.
+extern const std::string kFashionIdxDir;
+
+// out/PREFIX-*.tfrecord: the first `count` images (all, when fewer) of Fashion-MNIST's split
+// "train" or "t10k", in at least min_shards shards.
+void write_fashion_split(const std::filesystem::path& out, const std::string& split, size_t count,
+                         const std::string& prefix, int min_shards = 1);
+
 // dir/tfrecords/train-*.tfrecord: the first `count` test images of Fashion-MNIST, 2 shards.
 void write_fashion_tfrecords(const std::filesystem::path& dir, size_t count);
 
