@@ -150,18 +150,15 @@ std::vector<SymbolicDim> OpContext::output_shape() const {
 
 void OpContext::output(const std::string& value) { g.bind(op().output, value); }
 
-std::vector<std::string> exportable_ops() {
-  return {"conv2d", "batchnorm_inference", "max_pool2d", "avg_pool2d", "global_avg_pool", "relu", "add_relu",
-          "add", "sub", "mul", "div", "scale", "exp", "log", "sqrt", "rsqrt", "tanh", "sum", "mean", "amax",
-          "reshape", "linear", "matmul", "gelu", "softmax", "log_softmax", "masked_fill", "permute", "expand",
-          "narrow", "concat", "layer_norm", "scaled_dot_product_attention", "embedding"};
-}
-
 void emit_op(OpContext& c) {
-  if (emit_cnn_op(c) || emit_transformer_op(c)) return;
+  std::vector<std::string> known;
+  for (const EmitterTable* table : {&cnn_emitters(), &transformer_emitters()}) {
+    if (auto it = table->find(c.op().op); it != table->end()) return it->second(c);
+    for (const auto& entry : *table) known.push_back(entry.first);
+  }
   c.unsupported(fmt::format("this op has no ONNX form in Tandem's exporter at any opset (the exportable ops: {}); "
                             "training-only ops (batchnorm, dropout, losses) mean the forward ran in training mode",
-                            fmt::join(exportable_ops(), ", ")));
+                            fmt::join(known, ", ")));
 }
 
 }  // namespace tandem::exporter::detail

@@ -2,6 +2,7 @@
 // the op as traced in every pass; emit_op writes its nodes and binds its output.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -54,11 +55,11 @@ class OpContext {
 // has one where a later opset does).
 void emit_op(OpContext& c);
 
-// What emit_op knows, for error messages.
-std::vector<std::string> exportable_ops();
-
-// The two halves of emit_op, by the ops they know: true when `c.op().op` was theirs.
-bool emit_cnn_op(OpContext& c);
-bool emit_transformer_op(OpContext& c);
+// Each traced op's name and the function that writes its nodes, in two tables by the ops they know
+// (onnx_ops_cnn.cpp, onnx_ops_transformer.cpp); emit_op looks in both.
+using Emitter = void (*)(OpContext&);
+using EmitterTable = std::map<std::string, Emitter>;
+const EmitterTable& cnn_emitters();
+const EmitterTable& transformer_emitters();
 
 }  // namespace tandem::exporter::detail

@@ -65,10 +65,10 @@ void linear(OpContext& c) {
   c.output(c.inputs() == 3 ? c.g.add("Add", {y, ins[2]}) : y);
 }
 
-using Emitter = void (*)(OpContext&);
+}  // namespace
 
-const std::map<std::string, Emitter>& emitters() {
-  static const std::map<std::string, Emitter> table = {
+const EmitterTable& cnn_emitters() {
+  static const EmitterTable table = {
       {"conv2d", conv2d},
       {"batchnorm_inference", batchnorm_inference},
       {"max_pool2d", [](OpContext& c) { pool(c, "MaxPool"); }},
@@ -94,15 +94,6 @@ const std::map<std::string, Emitter>& emitters() {
       {"matmul", [](OpContext& c) { c.output(c.g.add("MatMul", {c.input(0), c.input(1)})); }},
   };
   return table;
-}
-
-}  // namespace
-
-bool emit_cnn_op(OpContext& c) {
-  auto it = emitters().find(c.op().op);
-  if (it == emitters().end()) return false;
-  it->second(c);
-  return true;
 }
 
 }  // namespace tandem::exporter::detail

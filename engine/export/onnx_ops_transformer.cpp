@@ -122,10 +122,10 @@ void attention(OpContext& c) {
   c.output(g.add("MatMul", {p, v}));
 }
 
-using Emitter = void (*)(OpContext&);
+}  // namespace
 
-const std::map<std::string, Emitter>& emitters() {
-  static const std::map<std::string, Emitter> table = {
+const EmitterTable& transformer_emitters() {
+  static const EmitterTable table = {
       {"gelu", gelu},
       {"softmax", [](OpContext& c) { c.output(c.g.add("Softmax", {c.input(0)}, {{"axis", c.integer("axis")}})); }},
       {"log_softmax",
@@ -142,15 +142,6 @@ const std::map<std::string, Emitter>& emitters() {
        [](OpContext& c) { c.output(c.g.add("Gather", {c.input(0), c.tensor_input("ids")}, {{"axis", int64_t{0}}})); }},
   };
   return table;
-}
-
-}  // namespace
-
-bool emit_transformer_op(OpContext& c) {
-  auto it = emitters().find(c.op().op);
-  if (it == emitters().end()) return false;
-  it->second(c);
-  return true;
 }
 
 }  // namespace tandem::exporter::detail
