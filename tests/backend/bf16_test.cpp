@@ -119,7 +119,10 @@ INSTANTIATE_TEST_SUITE_P(
                       ConvCase{{2, 16, 10, 10}, {16, 16, 3, 3}, conv_params(1, 1), MemoryFormat::kChannelsLast},
                       ConvCase{{2, 16, 9, 9}, {32, 16, 3, 3}, conv_params(2, 1), MemoryFormat::kChannelsLast},
                       ConvCase{{3, 32, 8, 8}, {64, 32, 1, 1}, conv_params(2, 0), MemoryFormat::kChannelsLast},
-                      ConvCase{{2, 5, 7, 7}, {6, 5, 5, 5}, conv_params(1, 2), MemoryFormat::kContiguous}));
+                      ConvCase{{2, 5, 7, 7}, {6, 5, 5, 5}, conv_params(1, 2), MemoryFormat::kContiguous},
+                      // output planes of 4x4 and less: im2col + matmul (cpu_conv_gemm.h)
+                      ConvCase{{2, 32, 4, 4}, {48, 32, 3, 3}, conv_params(1, 1), MemoryFormat::kChannelsLast},
+                      ConvCase{{3, 16, 7, 7}, {24, 16, 3, 3}, conv_params(2, 1), MemoryFormat::kChannelsLast}));
 
 TEST(Bf16Linear, ForwardAndBothBackwardsAreBf16ProductsSummedInF32) {
   TANDEM_REQUIRE_BF16_CPU();

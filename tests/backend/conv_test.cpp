@@ -48,6 +48,9 @@ std::vector<ConvCase> fixed_cases() {
       {{2, 64, 8, 8}, {64, 64, 3, 3}, params(1, 1, 1, 1, 1, 1, 1), true},
       {{2, 128, 4, 5}, {128, 128, 3, 3}, params(1, 1, 1, 1, 1, 1, 1), false},
       {{1, 128, 6, 7}, {144, 128, 3, 3}, params(1, 1, 0, 0, 1, 1, 1), true},
+      // channels_last output planes of 4x4 and less: im2col + matmul (cpu_conv_gemm.h)
+      {{2, 64, 2, 2}, {64, 64, 3, 3}, params(1, 1, 1, 1, 1, 1, 1), true},
+      {{2, 6, 7, 7}, {5, 6, 3, 3}, params(2, 2, 2, 2, 2, 2, 1), false},
   };
 }
 

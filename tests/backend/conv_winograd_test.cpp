@@ -1,14 +1,12 @@
 // Which convolutions go to oneDNN's Winograd kernels, and that they really run there: oneDNN's
 // verbose log names the kernel of every primitive it executes. The numbers themselves are checked
 // against the reference by conv_test.cpp's Winograd cases.
-#include <dnnl.hpp>
 #include <gtest/gtest.h>
 
-#include <cstdio>
-#include <functional>
 #include <string>
 
 #include "backend_test_util.h"
+#include "onednn_log.h"
 #include "engine/backend/cpu/cpu_conv_winograd.h"
 
 namespace tandem::backend::testing {
@@ -56,34 +54,8 @@ TEST(WinogradSuits, ThreeByThreeStrideOneFromOneHundredTwentyEightChannelsOrSixt
   EXPECT_FALSE(winograd_suits(p, {0, 128, 16, 16}, {128, 128, 3, 3}));         // empty batch
 }
 
-bool has_avx512_core() {
-  const auto isa = static_cast<unsigned>(dnnl::get_effective_cpu_isa());
-  const auto avx512_core = static_cast<unsigned>(dnnl::cpu_isa::avx512_core);
-  return (isa & avx512_core) == avx512_core;
-}
-
-// oneDNN's verbose lines for what f executes (level 1: executions only).
-std::string onednn_log(const std::function<void()>& f) {
-  if (dnnl::set_verbose(1) != dnnl::status::success) return {};
-  ::testing::internal::CaptureStdout();
-  f();
-  std::fflush(stdout);
-  std::string log = ::testing::internal::GetCapturedStdout();
-  dnnl::set_verbose(0);
-  return log;
-}
-
-// The line of the convolution whose propagation kind is prop ("forward_training", ...).
 std::string convolution_line(const std::string& log, const std::string& prop) {
-  for (size_t at = 0; at < log.size();) {
-    size_t end = log.find('\n', at);
-    std::string line = log.substr(at, end == std::string::npos ? std::string::npos : end - at);
-    if (line.find(",convolution,") != std::string::npos && line.find("," + prop + ",") != std::string::npos) {
-      return line;
-    }
-    at = end == std::string::npos ? log.size() : end + 1;
-  }
-  return {};
+  return primitive_line(log, "convolution", prop);
 }
 
 TEST(ConvWinograd, TheChosenPassesRunOnTheWinogradKernelInBothFormats) {
@@ -96,7 +68,7 @@ TEST(ConvWinograd, TheChosenPassesRunOnTheWinogradKernelInBothFormats) {
   };
   for (const auto& [xs, ws, format] : {Case{{2, 64, 8, 8}, {64, 64, 3, 3}, kPlain},
                                        Case{{2, 64, 8, 8}, {64, 64, 3, 3}, kLast},
-                                       Case{{1, 128, 4, 4}, {128, 128, 3, 3}, kLast}}) {
+                                       Case{{1, 128, 6, 6}, {128, 128, 3, 3}, kLast}}) {
     Tensor x = to_tensor(random_vec(static_cast<size_t>(xs.numel()), 1), xs, format);
     Tensor w = to_tensor(random_vec(static_cast<size_t>(ws.numel()), 2), ws);
     Tensor dy = to_tensor(random_vec(static_cast<size_t>(xs.numel()), 3), xs, format);

@@ -11,10 +11,11 @@
 namespace tandem::backend::cpu {
 namespace {
 
-// The operand as the product reads it: t itself, or its bf16 copy (kept alive in copy).
+// The operand as the product reads it: t itself, or its bf16 form (t when it is bf16 already, else
+// its bf16 copy, kept alive in copy).
 memory operand(Ctx& ctx, const memory::desc& md, const Tensor& t, Tensor& copy) {
   if (md.data.data_type != dnnl_bf16) return make_memory(md, t);
-  copy = bf16_copy(ctx, t);
+  copy = bf16_of(ctx, t);
   return make_memory(md, copy);
 }
 
