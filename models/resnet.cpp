@@ -10,8 +10,12 @@ std::shared_ptr<nn::Conv2d> conv(int64_t in, int64_t out, int64_t kernel, int64_
                                                         .stride = stride, .padding = kernel / 2, .bias = false});
 }
 
+// Every batch norm of a ResNet sits between convolutions: under precision bf16 its output and its
+// input's gradient are kept in bf16 (nn::BatchNorm2d::keep_bf16_activations).
 std::shared_ptr<nn::BatchNorm2d> bn(int64_t channels, bool fuse_relu) {
-  return std::make_shared<nn::BatchNorm2d>(channels, 1e-5f, 0.1f, fuse_relu);
+  auto layer = std::make_shared<nn::BatchNorm2d>(channels, 1e-5f, 0.1f, fuse_relu);
+  layer->keep_bf16_activations(true);
+  return layer;
 }
 
 // A 1x1 projection with BatchNorm when the block changes the shape, as torchvision's downsample.

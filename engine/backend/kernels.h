@@ -17,6 +17,10 @@ struct KernelTable {
   // backwards) as bf16, so a convolution's operands are rounded once (ops.h: bf16_operand). Null:
   // the device rounds inside each product.
   void (*to_bf16)(Ctx&, const Tensor& x, Tensor& y) = nullptr;
+  // y = x (bf16) widened to f32. Set where the device keeps activations in bf16 between ops
+  // (BatchNormParams::bf16_activations): its batch norm entries then write a bf16 y (training) and
+  // dx, and take a bf16 shortcut; relu_backward takes a bf16 y; the pooling ops widen a bf16 x.
+  void (*from_bf16)(Ctx&, const Tensor& x, Tensor& y) = nullptr;
   // (N, C, H, W) x, (K, C / groups, R, S) w, (K) b or undefined -> (N, K, P, Q) y
   void (*conv2d_forward)(Ctx&, const Conv2dParams&, const Tensor& x, const Tensor& w, const Tensor& b,
                          Tensor& y) = nullptr;

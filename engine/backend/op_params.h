@@ -29,6 +29,11 @@ struct BatchNormParams {
   float eps = 1e-5f;
   float momentum = 0.1f;   // running = (1 - momentum) * running + momentum * batch statistic
   bool fuse_relu = false;  // y = relu(bn(x)); backward masks dy by y > 0 itself
+  // Under precision: bf16, on a device that keeps activations in bf16 (KernelTable::from_bf16),
+  // training stores y in bf16 and the backward's dx too: for a layer whose input is a
+  // convolution's output alone and whose output goes to convolutions, to other batch norms'
+  // shortcuts and to pooling (a ResNet's), which all read bf16. The statistics stay f32.
+  bool bf16_activations = false;
 };
 
 // What training-mode batch norm keeps for its backward pass.

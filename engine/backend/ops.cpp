@@ -27,6 +27,31 @@ DType operand_dtype(const Ctx& ctx, const Tensor& t) {
   return bf16 ? DType::kBF16 : DType::kF32;
 }
 
+// Whether the context computes in bf16 on a device that keeps activations in bf16 between ops.
+bool keeps_bf16(const Ctx& ctx) {
+  return ctx.options().precision == Precision::kBf16 && table(ctx).from_bf16 != nullptr &&
+         table(ctx).to_bf16 != nullptr;
+}
+
+// What a batch norm made with p writes its training y and its dx in.
+DType bn_activation_dtype(const Ctx& ctx, const BatchNormParams& p) {
+  return p.bf16_activations && keeps_bf16(ctx) ? DType::kBF16 : DType::kF32;
+}
+
+// f32, or bf16 where the device keeps activations in bf16: what a batch norm's shortcut,
+// relu_backward's y and the pooling ops' x may be.
+DType activation_dtype(const Ctx& ctx, const Tensor& t) {
+  return t.defined() && t.dtype() == DType::kBF16 && keeps_bf16(ctx) ? DType::kBF16 : DType::kF32;
+}
+
+// x, widened to f32 where it is a bf16 activation: for the ops that read f32 only.
+Tensor widened(Ctx& ctx, const Tensor& x) {
+  if (x.dtype() != DType::kBF16) return x;
+  Tensor y = like(ctx, x.shape(), x.format());
+  table(ctx).from_bf16(ctx, x, y);
+  return y;
+}
+
 }  // namespace
 
 Tensor bf16_operand(Ctx& ctx, const Tensor& x) {
@@ -129,9 +154,9 @@ void check_bn_training(std::string_view op, const Ctx& ctx, const Tensor& x, con
                x.shape().str());
 }
 
-BatchNormForward bn_outputs(Ctx& ctx, const Tensor& x) {
+BatchNormForward bn_outputs(Ctx& ctx, const Tensor& x, DType y_dtype) {
   BatchNormForward out;
-  out.y = like(ctx, x.shape(), x.format());
+  out.y = like(ctx, x.shape(), x.format(), y_dtype);
   out.saved.mean = like(ctx, {x.dim(1)}, MemoryFormat::kContiguous);
   out.saved.invstd = like(ctx, {x.dim(1)}, MemoryFormat::kContiguous);
   return out;
@@ -144,7 +169,7 @@ BatchNormForward batchnorm_forward_training(Ctx& ctx, const BatchNormParams& p, 
   constexpr std::string_view op = "batchnorm_forward_training";
   check_bn_training(op, ctx, x, gamma, beta, running_mean, running_var);
   auto fn = entry(table(ctx).batchnorm_forward_training, op, ctx);
-  BatchNormForward out = bn_outputs(ctx, x);
+  BatchNormForward out = bn_outputs(ctx, x, bn_activation_dtype(ctx, p));
   fn(ctx, p, x, gamma, beta, running_mean, running_var, out.y, out.saved);
   return out;
 }
@@ -154,12 +179,12 @@ BatchNormForward batchnorm_add_relu_forward_training(Ctx& ctx, const BatchNormPa
                                                      Tensor& running_mean, Tensor& running_var) {
   constexpr std::string_view op = "batchnorm_add_relu_forward_training";
   check_bn_training(op, ctx, x, gamma, beta, running_mean, running_var);
-  check_tensor(op, "shortcut", shortcut, ctx, DType::kF32, 4, kNchw);
+  check_tensor(op, "shortcut", shortcut, ctx, activation_dtype(ctx, shortcut), 4, kNchw);
   check_same(op, "x", x, "shortcut", shortcut);
   auto fn = entry(table(ctx).batchnorm_add_relu_forward_training, op, ctx);
   BatchNormParams plain = p;
   plain.fuse_relu = false;
-  BatchNormForward out = bn_outputs(ctx, x);
+  BatchNormForward out = bn_outputs(ctx, x, bn_activation_dtype(ctx, p));
   fn(ctx, plain, x, gamma, beta, shortcut, running_mean, running_var, out.y, out.saved);
   return out;
 }
@@ -181,14 +206,15 @@ BatchNormGrads batchnorm_backward(Ctx& ctx, const BatchNormParams& p, const Tens
                                   const Tensor& dy, const Tensor& gamma, const BatchNormSaved& saved) {
   constexpr std::string_view op = "batchnorm_backward";
   check_bn_params(op, ctx, x, gamma);
-  check_tensor(op, "y", y, ctx, DType::kF32, 4, kNchw);
+  check_tensor(op, "y", y, ctx, activation_dtype(ctx, y), 4, kNchw);
   check_tensor(op, "dy", dy, ctx, DType::kF32, 4, kNchw);
   check_same(op, "x", x, "y", y);
   check_same(op, "x", x, "dy", dy);
   check_vector(op, "saved.mean", saved.mean, ctx, x.dim(1), "channels", "x", x.shape());
   check_vector(op, "saved.invstd", saved.invstd, ctx, x.dim(1), "channels", "x", x.shape());
   auto fn = entry(table(ctx).batchnorm_backward, op, ctx);
-  BatchNormGrads g{like(ctx, x.shape(), x.format()), like(ctx, {x.dim(1)}, MemoryFormat::kContiguous),
+  BatchNormGrads g{like(ctx, x.shape(), x.format(), bn_activation_dtype(ctx, p)),
+                   like(ctx, {x.dim(1)}, MemoryFormat::kContiguous),
                    like(ctx, {x.dim(1)}, MemoryFormat::kContiguous)};
   fn(ctx, p, x, y, dy, gamma, saved, g.dx, g.dgamma, g.dbeta);
   return g;
@@ -205,7 +231,7 @@ Tensor relu_forward(Ctx& ctx, const Tensor& x) {
 
 Tensor relu_backward(Ctx& ctx, const Tensor& y, const Tensor& dy) {
   constexpr std::string_view op = "relu_backward";
-  check_tensor(op, "y", y, ctx, DType::kF32, -1, "");
+  check_tensor(op, "y", y, ctx, activation_dtype(ctx, y), -1, "");
   check_tensor(op, "dy", dy, ctx, DType::kF32, -1, "");
   check_same(op, "y", y, "dy", dy);
   auto fn = entry(table(ctx).relu_backward, op, ctx);
@@ -214,9 +240,10 @@ Tensor relu_backward(Ctx& ctx, const Tensor& y, const Tensor& dy) {
   return dx;
 }
 
-MaxPoolForward max_pool2d_forward(Ctx& ctx, const Pool2dParams& p, const Tensor& x) {
+MaxPoolForward max_pool2d_forward(Ctx& ctx, const Pool2dParams& p, const Tensor& x_in) {
   constexpr std::string_view op = "max_pool2d_forward";
-  check_tensor(op, "x", x, ctx, DType::kF32, 4, kNchw);
+  check_tensor(op, "x", x_in, ctx, activation_dtype(ctx, x_in), 4, kNchw);
+  const Tensor x = widened(ctx, x_in);
   Shape y_shape = pool_output_shape(op, p, x.shape(), "x");
   auto fn = entry(table(ctx).max_pool2d_forward, op, ctx);
   MaxPoolForward out{like(ctx, y_shape, x.format()), Tensor()};
@@ -224,10 +251,11 @@ MaxPoolForward max_pool2d_forward(Ctx& ctx, const Pool2dParams& p, const Tensor&
   return out;
 }
 
-Tensor max_pool2d_backward(Ctx& ctx, const Pool2dParams& p, const Tensor& x, const Tensor& dy,
+Tensor max_pool2d_backward(Ctx& ctx, const Pool2dParams& p, const Tensor& x_in, const Tensor& dy,
                            const Tensor& workspace) {
   constexpr std::string_view op = "max_pool2d_backward";
-  check_tensor(op, "x", x, ctx, DType::kF32, 4, kNchw);
+  check_tensor(op, "x", x_in, ctx, activation_dtype(ctx, x_in), 4, kNchw);
+  const Tensor x = widened(ctx, x_in);
   check_tensor(op, "dy", dy, ctx, DType::kF32, 4, kNchw);
   check_tensor(op, "workspace", workspace, ctx, DType::kU8, -1, "(from max_pool2d_forward)");
   Shape y_shape = pool_output_shape(op, p, x.shape(), "x");
@@ -240,9 +268,10 @@ Tensor max_pool2d_backward(Ctx& ctx, const Pool2dParams& p, const Tensor& x, con
   return dx;
 }
 
-Tensor avg_pool2d_forward(Ctx& ctx, const Pool2dParams& p, const Tensor& x) {
+Tensor avg_pool2d_forward(Ctx& ctx, const Pool2dParams& p, const Tensor& x_in) {
   constexpr std::string_view op = "avg_pool2d_forward";
-  check_tensor(op, "x", x, ctx, DType::kF32, 4, kNchw);
+  check_tensor(op, "x", x_in, ctx, activation_dtype(ctx, x_in), 4, kNchw);
+  const Tensor x = widened(ctx, x_in);
   Shape y_shape = pool_output_shape(op, p, x.shape(), "x");
   auto fn = entry(table(ctx).avg_pool2d_forward, op, ctx);
   Tensor y = like(ctx, y_shape, x.format());
@@ -276,9 +305,10 @@ Pool2dParams whole_plane(const Shape& x) {
 
 }  // namespace
 
-Tensor global_avg_pool_forward(Ctx& ctx, const Tensor& x) {
+Tensor global_avg_pool_forward(Ctx& ctx, const Tensor& x_in) {
   constexpr std::string_view op = "global_avg_pool_forward";
-  check_tensor(op, "x", x, ctx, DType::kF32, 4, kNchw);
+  check_tensor(op, "x", x_in, ctx, activation_dtype(ctx, x_in), 4, kNchw);
+  const Tensor x = widened(ctx, x_in);
   TANDEM_CHECK(x.dim(2) > 0 && x.dim(3) > 0, ErrorCode::kInvalidArgument, "{}: x {} has an empty plane", op,
                x.shape().str());
   auto fn = entry(table(ctx).avg_pool2d_forward, op, ctx);

@@ -19,7 +19,8 @@ extern "C" {
 // 7: the kernel table gained batchnorm_add_relu_forward_training (batch norm, residual sum, ReLU).
 // 8: the kernel table gained the N-D and transformer ops (permute ... embedding_backward), and
 //    cross-entropy takes ignore_index.
-inline constexpr int kTandemCudaPluginAbi = 9;  // 9: KernelTable::to_bf16
+// 9: KernelTable::to_bf16. 10: KernelTable::from_bf16.
+inline constexpr int kTandemCudaPluginAbi = 10;
 inline constexpr const char* kTandemCudaPluginEntry = "tandem_cuda_plugin_init";
 // Returns the kernel table without initialising CUDA (no driver call): for tests and the doctor.
 inline constexpr const char* kTandemCudaKernelTableEntry = "tandem_cuda_kernel_table";

@@ -43,6 +43,12 @@ class BatchNorm2d : public Module {
   // the global batch (see autograd/sync_batchnorm_op.h); null restores per-replica statistics.
   void set_replica_reducer(std::shared_ptr<autograd::ReplicaReducer> reducer) { reducer_ = std::move(reducer); }
   bool synchronized() const { return reducer_ != nullptr && reducer_->world_size() > 1; }
+  // Under precision: bf16, on a device that keeps activations in bf16 (the CPU), training writes
+  // this layer's output and its input's gradient in bf16 (backend::BatchNormParams::
+  // bf16_activations): for a layer between convolutions, as a ResNet's are, whose input is a
+  // convolution's output alone and whose output goes to convolutions, batch norms' shortcuts and
+  // pooling. Off by default; SyncBatchNorm and eval mode stay f32.
+  void keep_bf16_activations(bool on) { params_.bf16_activations = on; }
 
  private:
   void count_training_batch();

@@ -3,10 +3,13 @@
 // cpu_batchnorm_avx512's kernels where they suit (channels_last, multiples of 16 channels,
 // AVX-512), on oneDNN elsewhere. Under oneDNN the ReLU that usually follows is fused when it can
 // (its bit mask kept in saved.workspace); otherwise it runs as a loop and backward masks dy by y > 0.
+// bf16 activations (BatchNormParams::bf16_activations): the AVX-512 kernels read and write bf16
+// themselves; on oneDNN's path the kernel writes f32 and the result is rounded after.
 #include <bit>
 #include <cmath>
 
 #include "engine/backend/cpu/cpu_batchnorm_avx512.h"
+#include "engine/backend/cpu/cpu_bf16.h"
 #include "engine/backend/cpu/cpu_kernels.h"
 #include "engine/backend/cpu/dnnl_util.h"
 #include "engine/backend/cpu/plan_cache.h"
@@ -94,15 +97,10 @@ Tensor variance_from_invstd(Ctx& ctx, const Tensor& invstd, float eps) {
   return var;
 }
 
-}  // namespace
-
-void batchnorm_forward_training(Ctx& ctx, const BatchNormParams& p, const Tensor& x, const Tensor& gamma,
-                                const Tensor& beta, Tensor& running_mean, Tensor& running_var, Tensor& y,
-                                BatchNormSaved& saved) {
-  if (avx512_batchnorm_suits(x)) {
-    avx512_batchnorm_training(ctx, p, x, gamma, beta, nullptr, running_mean, running_var, y, saved);
-    return;
-  }
+// oneDNN's training forward into an f32 y.
+void onednn_forward_training(Ctx& ctx, const BatchNormParams& p, const Tensor& x, const Tensor& gamma,
+                             const Tensor& beta, Tensor& running_mean, Tensor& running_var, Tensor& y,
+                             BatchNormSaved& saved) {
   apply_thread_budget(ctx);
   static PlanCache<ForwardPlan> cache;
   const ForwardPlan& plan = cache.get(bn_key(kBnTraining, ctx, p, x, p.fuse_relu), [&] {
@@ -127,6 +125,34 @@ void batchnorm_forward_training(Ctx& ctx, const BatchNormParams& p, const Tensor
   finish_statistics(p, x, var, running_mean, running_var, saved);
 }
 
+// y itself where it is f32, else an f32 tensor of its shape for a kernel to write before
+// store_result rounds it into y (bf16 activations where the AVX-512 kernel does not apply).
+Tensor f32_target(Ctx& ctx, Tensor& y) {
+  return y.dtype() == DType::kF32 ? y : Tensor::empty(y.shape(), DType::kF32, ctx.device(), y.format());
+}
+
+void store_result(Ctx& ctx, const Tensor& written, Tensor& y) {
+  if (y.dtype() == DType::kBF16) to_bf16(ctx, written, y);
+}
+
+// oneDNN's backward into an f32 dx (below).
+void onednn_backward(Ctx& ctx, const BatchNormParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
+                     const Tensor& gamma, const BatchNormSaved& saved, Tensor& dx, Tensor& dgamma, Tensor& dbeta);
+
+}  // namespace
+
+void batchnorm_forward_training(Ctx& ctx, const BatchNormParams& p, const Tensor& x, const Tensor& gamma,
+                                const Tensor& beta, Tensor& running_mean, Tensor& running_var, Tensor& y,
+                                BatchNormSaved& saved) {
+  if (avx512_batchnorm_suits(x)) {
+    avx512_batchnorm_training(ctx, p, x, gamma, beta, nullptr, running_mean, running_var, y, saved);
+    return;
+  }
+  Tensor y32 = f32_target(ctx, y);
+  onednn_forward_training(ctx, p, x, gamma, beta, running_mean, running_var, y32, saved);
+  store_result(ctx, y32, y);
+}
+
 void batchnorm_add_relu_forward_training(Ctx& ctx, const BatchNormParams& p, const Tensor& x, const Tensor& gamma,
                                          const Tensor& beta, const Tensor& shortcut, Tensor& running_mean,
                                          Tensor& running_var, Tensor& y, BatchNormSaved& saved) {
@@ -134,8 +160,10 @@ void batchnorm_add_relu_forward_training(Ctx& ctx, const BatchNormParams& p, con
     avx512_batchnorm_training(ctx, p, x, gamma, beta, &shortcut, running_mean, running_var, y, saved);
     return;
   }
-  batchnorm_forward_training(ctx, p, x, gamma, beta, running_mean, running_var, y, saved);
-  add_relu(ctx, y, shortcut, y);  // oneDNN's binary works in place
+  Tensor y32 = f32_target(ctx, y);
+  onednn_forward_training(ctx, p, x, gamma, beta, running_mean, running_var, y32, saved);
+  add_relu(ctx, y32, f32_of(ctx, shortcut), y32);  // oneDNN's binary works in place
+  store_result(ctx, y32, y);
 }
 
 void batchnorm_forward_inference(Ctx& ctx, const BatchNormParams& p, const Tensor& x, const Tensor& gamma,
@@ -168,6 +196,15 @@ void batchnorm_backward(Ctx& ctx, const BatchNormParams& p, const Tensor& x, con
     avx512_batchnorm_backward(ctx, p, x, dy, gamma, saved, dx, dgamma, dbeta);
     return;
   }
+  Tensor dx32 = f32_target(ctx, dx);
+  onednn_backward(ctx, p, x, y, dy, gamma, saved, dx32, dgamma, dbeta);
+  store_result(ctx, dx32, dx);
+}
+
+namespace {
+
+void onednn_backward(Ctx& ctx, const BatchNormParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
+                     const Tensor& gamma, const BatchNormSaved& saved, Tensor& dx, Tensor& dgamma, Tensor& dbeta) {
   apply_thread_budget(ctx);
   // The forward chose: a workspace means oneDNN fused the ReLU and masks dy itself.
   bool fused = p.fuse_relu && saved.workspace.defined();
@@ -205,5 +242,7 @@ void batchnorm_backward(Ctx& ctx, const BatchNormParams& p, const Tensor& x, con
   Tensor scratch = add_scratchpad(ctx, plan.pd, args);
   execute("batch_normalization_backward::execute", {&x, &dy, &gamma, &dx}, plan.prim, args);
 }
+
+}  // namespace
 
 }  // namespace tandem::backend::cpu

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/backend/batchnorm_math.h"
+#include "engine/backend/cpu/cpu_avx512_bf16.h"
 #include "engine/backend/cpu/parallel.h"
 
 #define TANDEM_AVX512 __attribute__((target("avx512f")))
@@ -149,10 +150,11 @@ TANDEM_AVX512 void moments_block(const float* x, int64_t channels, int64_t c0, i
   block_sums<NV>(channels, c0, p0, p1, term, sum, sumsq);
 }
 
-// y = (x - mean) scale + beta (+ shortcut), clipped at 0 when clip.
-template <int NV>
-TANDEM_AVX512 void normalize_block(const float* x, const float* shortcut, Affine f, bool clip, int64_t channels,
-                                   int64_t c0, int64_t p0, int64_t p1, float* y) {
+// y = (x - mean) scale + beta (+ shortcut), clipped at 0 when clip; the shortcut (S) and y (Y) f32
+// or bf16.
+template <int NV, typename S, typename Y>
+TANDEM_AVX512 void normalize_block(const float* x, const S* shortcut, Affine f, bool clip, int64_t channels,
+                                   int64_t c0, int64_t p0, int64_t p1, Y* y) {
   __m512 m[NV], a[NV], b[NV];
   load_channels<NV>(f.mean, c0, m);
   load_channels<NV>(f.scale, c0, a);
@@ -162,8 +164,8 @@ TANDEM_AVX512 void normalize_block(const float* x, const float* shortcut, Affine
     for (int j = 0; j < NV; ++j) {
       const int64_t i = px * channels + c0 + j * kLanes;
       __m512 v = _mm512_fmadd_ps(_mm512_sub_ps(_mm512_loadu_ps(x + i), m[j]), a[j], b[j]);
-      if (shortcut != nullptr) v = _mm512_add_ps(v, _mm512_loadu_ps(shortcut + i));
-      _mm512_storeu_ps(y + i, clip ? _mm512_maskz_mov_ps(positive(v), v) : v);
+      if (shortcut != nullptr) v = _mm512_add_ps(v, load16(shortcut + i));
+      store16(y + i, clip ? _mm512_maskz_mov_ps(positive(v), v) : v);
     }
   }
 }
@@ -201,10 +203,10 @@ struct InputGradConstants {
   const float* k0;
 };
 
-// dx over the block, g as in GradTerms.
-template <int NV>
+// dx (f32 or bf16) over the block, g as in GradTerms.
+template <int NV, typename DX>
 TANDEM_AVX512 void input_grad_block(const float* x, const float* dy, Affine f, bool relu, InputGradConstants k,
-                                    int64_t channels, int64_t c0, int64_t p0, int64_t p1, float* dx) {
+                                    int64_t channels, int64_t c0, int64_t p0, int64_t p1, DX* dx) {
   __m512 m[NV], a[NV], b[NV], ka[NV], kx[NV], k0[NV];
   load_channels<NV>(f.mean, c0, m);
   load_channels<NV>(f.scale, c0, a);
@@ -220,8 +222,18 @@ TANDEM_AVX512 void input_grad_block(const float* x, const float* dy, Affine f, b
       __m512 g = _mm512_loadu_ps(dy + i);
       if (relu) g = _mm512_maskz_mov_ps(positive(centred, a[j], b[j]), g);
       const __m512 rest = _mm512_fmadd_ps(centred, kx[j], k0[j]);
-      _mm512_storeu_ps(dx + i, _mm512_fmadd_ps(g, ka[j], rest));
+      store16(dx + i, _mm512_fmadd_ps(g, ka[j], rest));
     }
+  }
+}
+
+// Calls f with t's elements: float*, or the bits of its bf16 values (uint16_t*).
+template <typename F>
+void with_elements(const Tensor& t, F f) {
+  if (t.dtype() == DType::kBF16) {
+    f(static_cast<uint16_t*>(t.raw_data()));
+  } else {
+    f(t.data<float>());
   }
 }
 
@@ -314,13 +326,17 @@ void avx512_batchnorm_training(Ctx& ctx, const BatchNormParams& p, const Tensor&
   std::copy_n(beta.data<float>(), g.channels, scale + g.channels);
   finish_moments(p, g, sums, pivot, gamma.data<float>(), running_mean, running_var, saved, scale);
   const Affine f{saved.mean.data<float>(), scale, scale + g.channels};
-  const float* ps = shortcut != nullptr ? shortcut->data<float>() : nullptr;
   const bool clip = p.fuse_relu || shortcut != nullptr;
-  float* py = y.data<float>();
-  for_pixel_ranges(g, [&](int64_t, int64_t p0, int64_t p1) {
-    for_channel_blocks(g.channels, [&](auto nv, int64_t c0) {
-      normalize_block<nv.value>(px, ps, f, clip, g.channels, c0, p0, p1, py);
+  auto normalize = [&](const auto* ps, auto* py) {
+    for_pixel_ranges(g, [&](int64_t, int64_t p0, int64_t p1) {
+      for_channel_blocks(g.channels, [&](auto nv, int64_t c0) {
+        normalize_block<nv.value>(px, ps, f, clip, g.channels, c0, p0, p1, py);
+      });
     });
+  };
+  with_elements(y, [&](auto* py) {
+    if (shortcut == nullptr) return normalize(static_cast<const float*>(nullptr), py);
+    with_elements(*shortcut, [&](const auto* ps) { normalize(ps, py); });
   });
 }
 
@@ -354,11 +370,12 @@ void avx512_batchnorm_backward(Ctx& ctx, const BatchNormParams& p, const Tensor&
     dg[i] = static_cast<float>(sums.b[i] * invstd);
     db[i] = static_cast<float>(sums.a[i]);
   }
-  float* pdx = dx.data<float>();
   const InputGradConstants constants{k.data(), k.data() + c, k.data() + 2 * c};
-  for_pixel_ranges(g, [&](int64_t, int64_t p0, int64_t p1) {
-    for_channel_blocks(g.channels, [&](auto nv, int64_t c0) {
-      input_grad_block<nv.value>(px, pdy, f, p.fuse_relu, constants, g.channels, c0, p0, p1, pdx);
+  with_elements(dx, [&](auto* pdx) {
+    for_pixel_ranges(g, [&](int64_t, int64_t p0, int64_t p1) {
+      for_channel_blocks(g.channels, [&](auto nv, int64_t c0) {
+        input_grad_block<nv.value>(px, pdy, f, p.fuse_relu, constants, g.channels, c0, p0, p1, pdx);
+      });
     });
   });
 }

@@ -76,6 +76,27 @@ void to_bf16(Ctx& ctx, const Tensor& x, Tensor& y) {
   round_to_bf16(ctx, x.data<float>(), static_cast<uint16_t*>(y.raw_data()), x.numel());
 }
 
+void from_bf16(Ctx& ctx, const Tensor& x, Tensor& y) {
+  const auto* in = static_cast<const uint16_t*>(x.raw_data());
+  float* out = y.data<float>();
+  const int64_t n = x.numel(), chunks = (n + kChunk - 1) / kChunk;
+  const int threads = static_cast<int>(std::min<int64_t>(thread_budget(ctx), chunks));
+#pragma omp parallel for schedule(static) num_threads(std::max(threads, 1)) if (chunks > 1)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t end = std::min(n, (c + 1) * kChunk);
+#pragma omp simd
+    for (int64_t i = c * kChunk; i < end; ++i) out[i] = std::bit_cast<float>(static_cast<uint32_t>(in[i]) << 16);
+  }
+}
+
+Tensor f32_copy(Ctx& ctx, const Tensor& t) {
+  Tensor copy = Tensor::empty(t.shape(), DType::kF32, ctx.device(), t.format());
+  from_bf16(ctx, t, copy);
+  return copy;
+}
+
+Tensor f32_of(Ctx& ctx, const Tensor& t) { return t.dtype() == DType::kF32 ? t : f32_copy(ctx, t); }
+
 memory::desc as_bf16(const memory::desc& md) {
   dnnl_memory_desc_t raw = md.data;
   raw.data_type = dnnl_bf16;

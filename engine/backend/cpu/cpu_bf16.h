@@ -14,6 +14,9 @@ bool computes_in_bf16(const Ctx& ctx);
 Tensor bf16_copy(Ctx& ctx, const Tensor& t);
 // t when it is bf16 already (a caller's bf16_operand), else its bf16 copy.
 Tensor bf16_of(Ctx& ctx, const Tensor& t);
+// t when it is f32, else its bf16 values widened into an f32 copy (a bf16 activation read by a
+// kernel that reads f32 only).
+Tensor f32_of(Ctx& ctx, const Tensor& t);
 // out[i] = in[i] rounded to the nearest bf16 (ties to even); NaN stays NaN.
 void round_to_bf16(Ctx& ctx, const float* in, uint16_t* out, int64_t n);
 

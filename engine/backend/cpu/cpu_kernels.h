@@ -6,8 +6,9 @@
 
 namespace tandem::backend::cpu {
 
-// cpu_bf16.cpp: y = x rounded to bf16 (precision: bf16)
+// cpu_bf16.cpp: y = x rounded to bf16 (precision: bf16), and y = x (bf16) widened to f32
 void to_bf16(Ctx&, const Tensor& x, Tensor& y);
+void from_bf16(Ctx&, const Tensor& x, Tensor& y);
 
 // cpu_conv.cpp (x and dy f32, or bf16 under precision: bf16)
 void conv2d_forward(Ctx&, const Conv2dParams&, const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y);
@@ -25,6 +26,7 @@ void batchnorm_add_relu_forward_training(Ctx&, const BatchNormParams&, const Ten
 void batchnorm_forward_inference(Ctx&, const BatchNormParams&, const Tensor& x, const Tensor& gamma,
                                  const Tensor& beta, const Tensor& running_mean, const Tensor& running_var,
                                  Tensor& y);
+// (y, dx and the shortcut in bf16 under BatchNormParams::bf16_activations)
 void batchnorm_backward(Ctx&, const BatchNormParams&, const Tensor& x, const Tensor& y, const Tensor& dy,
                         const Tensor& gamma, const BatchNormSaved& saved, Tensor& dx, Tensor& dgamma,
                         Tensor& dbeta);
