@@ -49,7 +49,7 @@ void im2col(const Patches& g, const T* x, T* cols, int threads) {
             const int64_t ix = ox * g.sw - g.pw + s * g.dw;
             T* out = row + (r * g.s + s) * g.tap_step;
             const bool inside = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
-            const T* in = x + ((n * g.h + iy) * g.w + ix) * g.c;
+            const T* in = inside ? x + ((n * g.h + iy) * g.w + ix) * g.c : nullptr;  // padding: zeros
             if (g.channel_step == 1) {
               if (inside) std::memcpy(out, in, static_cast<size_t>(g.c) * sizeof(T));
               else std::memset(out, 0, static_cast<size_t>(g.c) * sizeof(T));
