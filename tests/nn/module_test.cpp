@@ -5,6 +5,7 @@
 
 #include "engine/nn/init.h"
 #include "engine/nn/layers.h"
+#include "tests/support/bf16_cpu.h"
 
 namespace tandem::nn {
 namespace {
@@ -133,6 +134,38 @@ TEST(BatchNorm2d, ForwardAddReluIsForwardThenAddReluInTrainingAndEval) {
   EXPECT_EQ(fused.state_dict()["num_batches_tracked"].data<int64_t>()[0], 1);
   BatchNorm2d clipped(16, 1e-5f, 0.1f, /*fuse_relu=*/true);
   EXPECT_THROW(clipped.forward_add_relu(ctx, input, shortcut), Error);
+}
+
+// Under precision: bf16 on the CPU, a batch norm between convolutions that keeps its activations in
+// bf16 hands the convolutions the very operands they rounded themselves before: the same loss and
+// gradients bit for bit, with its output stored in bf16 in training and in f32 in eval.
+TEST(BatchNorm2d, KeepingBf16ActivationsChangesNoBitOfAConvolutionChain) {
+  TANDEM_REQUIRE_BF16_CPU();
+  ExecutionContext ctx(Device::cpu(), 2, 1, KernelOptions{.precision = Precision::kBf16});
+  Conv2d conv1({.in_channels = 3, .out_channels = 16, .padding = 1, .bias = false});
+  Conv2d conv2({.in_channels = 16, .out_channels = 16, .padding = 1, .bias = false});
+  BatchNorm2d plain(16, 1e-5f, 0.1f, /*fuse_relu=*/true), kept(16, 1e-5f, 0.1f, /*fuse_relu=*/true);
+  kept.keep_bf16_activations(true);
+  std::vector<float> x(2 * 3 * 6 * 6);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i));
+  Variable input(Tensor::from_vector(x, {2, 3, 6, 6}).to_format(MemoryFormat::kChannelsLast));
+  auto run = [&](BatchNorm2d& bn, DType expected) {
+    for (auto* conv : {&conv1, &conv2}) {
+      for (auto& [name, p] : conv->named_parameters()) p.zero_grad();
+    }
+    Variable middle = bn.forward(ctx, conv1.forward(ctx, input));
+    EXPECT_EQ(middle.value().dtype(), expected);
+    Variable loss = autograd::sum(ctx, conv2.forward(ctx, middle));
+    loss.backward(&ctx);
+    return std::vector<std::vector<float>>{loss.value().to_vector(), conv1.weight().grad().to_vector(),
+                                           conv2.weight().grad().to_vector()};
+  };
+  EXPECT_EQ(run(kept, DType::kBF16), run(plain, DType::kF32));
+  kept.eval();
+  EXPECT_EQ(kept.forward(ctx, conv1.forward(ctx, input)).value().dtype(), DType::kF32);
+  ExecutionContext f32_ctx(Device::cpu(), 2, 1);
+  kept.train();
+  EXPECT_EQ(kept.forward(f32_ctx, conv1.forward(f32_ctx, input)).value().dtype(), DType::kF32);
 }
 
 TEST(Dropout, IdentityInEvalAndScaledInTraining) {

@@ -89,13 +89,12 @@ void from_bf16(Ctx& ctx, const Tensor& x, Tensor& y) {
   }
 }
 
-Tensor f32_copy(Ctx& ctx, const Tensor& t) {
+Tensor f32_of(Ctx& ctx, const Tensor& t) {
+  if (t.dtype() == DType::kF32) return t;
   Tensor copy = Tensor::empty(t.shape(), DType::kF32, ctx.device(), t.format());
   from_bf16(ctx, t, copy);
   return copy;
 }
-
-Tensor f32_of(Ctx& ctx, const Tensor& t) { return t.dtype() == DType::kF32 ? t : f32_copy(ctx, t); }
 
 memory::desc as_bf16(const memory::desc& md) {
   dnnl_memory_desc_t raw = md.data;
