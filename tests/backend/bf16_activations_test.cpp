@@ -14,10 +14,7 @@
 namespace tandem::backend::testing {
 namespace {
 
-ExecutionContext& bf16_context() {
-  static ExecutionContext ctx(Device::cpu(), 2, 1, KernelOptions{false, false, Precision::kBf16});
-  return ctx;
-}
+ExecutionContext& bf16_context() { return tandem::testing::bf16_cpu_context(); }
 
 // t's bf16 values widened into an f32 tensor of its shape and format.
 Tensor widened(const Tensor& t) {

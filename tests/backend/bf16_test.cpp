@@ -22,10 +22,7 @@ Vec rounded(const Vec& v) {
   return out;
 }
 
-ExecutionContext& bf16_context() {
-  static ExecutionContext ctx(Device::cpu(), 2, 1, KernelOptions{false, false, Precision::kBf16});
-  return ctx;
-}
+ExecutionContext& bf16_context() { return tandem::testing::bf16_cpu_context(); }
 
 // got is the bf16 result of exact-operand reference `exact` and rounded-operand reference `of_rounded`.
 void expect_bf16_result(const Vec& got, const Vec& of_rounded, const Vec& exact) {

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <vector>
 
 #include "engine/backend/cpu/cpu_bf16.h"
 #include "engine/backend/cpu/cpu_kernels.h"
@@ -90,9 +89,14 @@ void col2im(const Patches& g, const float* dcols, float* dx, bool add, int threa
   }
 }
 
+// The threads of im2col and col2im, which take an image each.
+int image_threads(const Ctx& ctx, const Patches& g) {
+  return std::max(1, std::min<int>(thread_budget(ctx), static_cast<int>(g.n)));
+}
+
 // The patch matrix of x: bf16 when the products are (from x's bf16 copy where x is f32), else f32.
 Tensor patch_matrix(Ctx& ctx, const Patches& g, const Tensor& x_in, bool bf16) {
-  const int threads = std::max(1, std::min<int>(thread_budget(ctx), static_cast<int>(g.n)));
+  const int threads = image_threads(ctx, g);
   if (bf16) {
     const Tensor x = bf16_of(ctx, x_in);
     Tensor cols = Tensor::empty(Shape({g.rows(), g.cols()}), DType::kBF16, ctx.device());
@@ -107,21 +111,6 @@ Tensor patch_matrix(Ctx& ctx, const Patches& g, const Tensor& x_in, bool bf16) {
 // A tensor's bytes seen as a (rows, cols) row-major matrix.
 Tensor as_matrix(const Tensor& t, int64_t rows, int64_t cols) {
   return t.view(Shape({rows, cols}), MemoryFormat::kContiguous);
-}
-
-// db[k] = the sum of dy's column k (dy f32 or bf16), in double so long batches stay exact.
-void bias_gradient(const Tensor& dy, int64_t rows, int64_t cols, Tensor& db) {
-  std::vector<double> acc(static_cast<size_t>(cols), 0.0);
-  const bool wide = dy.dtype() == DType::kF32;
-  const float* f = wide ? dy.data<float>() : nullptr;
-  const auto* h = static_cast<const BFloat16*>(dy.raw_data());
-  for (int64_t i = 0; i < rows; ++i) {
-    for (int64_t j = 0; j < cols; ++j) {
-      acc[static_cast<size_t>(j)] += wide ? f[i * cols + j] : bf16_to_float(h[i * cols + j]);
-    }
-  }
-  float* out = db.data<float>();
-  for (int64_t j = 0; j < cols; ++j) out[j] = static_cast<float>(acc[static_cast<size_t>(j)]);
 }
 
 // The largest output plane (OH * OW) given to the matmul form: 4x4. Measured in ResNet-18's step
@@ -156,18 +145,15 @@ void conv_gemm_backward_data(Ctx& ctx, const Conv2dParams& p, const Tensor& dy, 
   const Patches g = patches(p, dx.shape(), w.shape(), dy.shape(), w.format());
   Tensor dcols = Tensor::empty(Shape({g.rows(), g.cols()}), DType::kF32, ctx.device());
   linear_backward_data(ctx, as_matrix(dy, g.rows(), w.dim(0)), as_matrix(w, w.dim(0), g.cols()), dcols);
-  const int threads = std::max(1, std::min<int>(thread_budget(ctx), static_cast<int>(g.n)));
-  col2im(g, dcols.data<float>(), dx.data<float>(), add, threads);
+  col2im(g, dcols.data<float>(), dx.data<float>(), add, image_threads(ctx, g));
 }
 
 void conv_gemm_backward_weights(Ctx& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& dy, Tensor& dw,
                                 Tensor& db) {
   const Patches g = patches(p, x.shape(), dw.shape(), dy.shape(), dw.format());
   const Tensor cols = patch_matrix(ctx, g, x, computes_in_bf16(ctx));
-  const Tensor dy2 = as_matrix(dy, g.rows(), dw.dim(0));
   Tensor dw2 = as_matrix(dw, dw.dim(0), g.cols());
-  matmul(ctx, dy2, cols, true, false, dw2);  // (K, M) (M, CRS)
-  if (db.defined()) bias_gradient(dy2, g.rows(), dw.dim(0), db);
+  linear_backward_weights(ctx, cols, as_matrix(dy, g.rows(), dw.dim(0)), dw2, db);  // (K, M) (M, CRS)
 }
 
 }  // namespace tandem::backend::cpu
