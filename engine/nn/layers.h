@@ -43,7 +43,7 @@ class BatchNorm2d : public Module {
   // the global batch (see autograd/sync_batchnorm_op.h); null restores per-replica statistics.
   void set_replica_reducer(std::shared_ptr<autograd::ReplicaReducer> reducer) { reducer_ = std::move(reducer); }
   bool synchronized() const { return reducer_ != nullptr && reducer_->world_size() > 1; }
-  // Under precision: bf16, on a device that keeps activations in bf16 (the CPU), training writes
+  // Under precision: bf16, on a device that keeps activations in bf16 (CPU and CUDA), training writes
   // this layer's output and its input's gradient in bf16 (backend::BatchNormParams::
   // bf16_activations): for a layer between convolutions, as a ResNet's are, whose input is a
   // convolution's output alone and whose output goes to convolutions, batch norms' shortcuts and

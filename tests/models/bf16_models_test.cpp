@@ -10,71 +10,31 @@
 #include "engine/nn/init.h"
 #include "engine/optim/optimizer.h"
 #include "models/registry.h"
+#include "tests/models/bf16_step_util.h"
 #include "tests/support/bf16_cpu.h"
-#include "transformer_test_util.h"
 
 namespace tandem::models {
 namespace {
+
+using testing::bf16_cases;
+using testing::Inputs;
+using testing::inputs_for;
+using testing::rel_norm;
+using testing::Step;
 
 struct Case {
   nn::ModelSpec spec;
 };
 
 std::vector<Case> cases() {
-  return {
-      {{.name = "resnet20", .num_classes = 10, .in_channels = 3, .input_size = 16, .channels_last = true}},
-      {{.name = "resnet18", .num_classes = 7, .in_channels = 3, .input_size = 32}},
-      {{.name = "mlp", .num_classes = 10, .in_channels = 1, .input_size = 8, .hidden = {64, 32}}},
-      {{.name = "small_cnn", .num_classes = 10, .in_channels = 1, .input_size = 28}},
-      {{.name = "vit", .num_classes = 10, .in_channels = 3, .input_size = 16, .patch_size = 4, .num_layers = 2,
-        .num_heads = 2, .hidden_dim = 32, .mlp_dim = 64}},
-      {{.name = "gpt", .block_size = 16, .vocab_size = 64, .n_layer = 2, .n_head = 2, .n_embd = 32}},
-  };
-}
-
-struct Step {
-  double loss;
-  std::vector<std::vector<float>> grads;
-};
-
-struct Inputs {
-  Tensor x, labels;
-  int64_t divisor;
-};
-
-Inputs inputs_for(const nn::ModelSpec& s) {
-  const int64_t n = 4;
-  if (s.name == "gpt") {
-    return {testing::random_ids({n, s.block_size}, s.vocab_size, 3),
-            testing::random_ids({n, s.block_size}, s.vocab_size, 4), n * s.block_size};
-  }
-  Generator g(5);
-  Tensor x = Tensor::empty({n, s.in_channels, s.input_size, s.input_size});
-  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = g.normal();
-  if (s.channels_last) x = x.to_format(MemoryFormat::kChannelsLast);
-  return {x, testing::random_ids({n}, s.num_classes, 6), n};
+  std::vector<Case> out;
+  for (const nn::ModelSpec& spec : bf16_cases()) out.push_back({spec});
+  return out;
 }
 
 Step step_of(nn::Module& model, Precision precision, const Inputs& in) {
   ExecutionContext ctx(Device::cpu(), 2, 1, KernelOptions{.precision = precision});
-  for (auto& [name, p] : model.named_parameters()) p.zero_grad();
-  autograd::Variable loss =
-      autograd::cross_entropy_loss(ctx, model(ctx, autograd::Variable(in.x)), in.labels, 0.0f, in.divisor);
-  loss.backward(&ctx);
-  Step s{loss.value().to_vector()[0], {}};
-  for (auto& [name, p] : model.named_parameters()) s.grads.push_back(p.grad().to_vector());
-  return s;
-}
-
-double rel_norm(const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& want) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    for (size_t j = 0; j < want[i].size(); ++j) {
-      diff += std::pow(double{got[i][j]} - want[i][j], 2);
-      norm += std::pow(double{want[i][j]}, 2);
-    }
-  }
-  return std::sqrt(diff / norm);
+  return testing::step_of(model, ctx, in);
 }
 
 class Bf16Models : public ::testing::TestWithParam<Case> {};
@@ -90,10 +50,7 @@ TEST_P(Bf16Models, GradientsWithinTwiceTheEffectOfRoundingTheWeights) {
   auto model = create_model(c.spec);
   const Inputs in = inputs_for(c.spec);
   const Step f32 = step_of(*model, Precision::kF32, in), bf16 = step_of(*model, Precision::kBf16, in);
-  for (auto& [name, p] : model->named_parameters()) {
-    float* v = p.value().data<float>();
-    for (int64_t i = 0; i < p.value().numel(); ++i) v[i] = bf16_to_float(float_to_bf16(v[i]));
-  }
+  testing::round_parameters_to_bf16(*model);
   const double sensitivity = rel_norm(step_of(*model, Precision::kF32, in).grads, f32.grads);
   EXPECT_NEAR(bf16.loss, f32.loss, 2e-2 * std::fabs(f32.loss));
   const double error = rel_norm(bf16.grads, f32.grads);

@@ -7,6 +7,8 @@ namespace tandem::backend::cuda {
 const KernelTable& kernel_table() {
   static const KernelTable table = [] {
     KernelTable t;
+    t.to_bf16 = to_bf16;
+    t.from_bf16 = from_bf16;
     t.conv2d_forward = conv2d_forward;
     t.conv2d_backward_data = conv2d_backward_data;
     t.conv2d_backward_data_add = conv2d_backward_data_add;

@@ -16,6 +16,9 @@
 // half precision, and TensorFlow and Paddle use it for fp16 only, so f32 (all our tensors today)
 // takes OPS_BN and then our ReLU kernel; backward masks dy by y > 0 first. A refusal of either ops
 // (at the size queries or the first call) sends that shape down the next path for good.
+//
+// bf16 activations (a bf16 y, dx or shortcut: BatchNormParams::bf16_activations) take our own
+// kernels instead (cuda_batchnorm_bf16.cu): cuDNN's batch norm reads and writes one type.
 #include <array>
 #include <cstdint>
 #include <map>
@@ -259,6 +262,9 @@ void batchnorm_forward_training(Ctx& ctx, const BatchNormParams& p, const Tensor
     }
     return;
   }
+  if (y.dtype() == DType::kBF16) {
+    return batchnorm_forward_training_bf16(ctx, p, x, gamma, beta, nullptr, running_mean, running_var, y, saved);
+  }
   BnPlan& plan = plan_for(cc, op, x);
   if (p.fuse_relu &&
       ex_forward(ctx, cc, plan, CUDNN_BATCHNORM_OPS_BN_ACTIVATION, p, x, gamma, beta, running_mean, running_var, y,
@@ -280,10 +286,16 @@ void batchnorm_forward_training(Ctx& ctx, const BatchNormParams& p, const Tensor
 // cuDNN's batch norm, then the residual sum and ReLU as one map over y in place (cuda_elementwise's
 // add_relu): the same bits as the two ops called apart, and backward as theirs (the autograd op runs
 // relu_backward, then batchnorm_backward with this plain forward's saved state). ops.cpp passes p
-// without fuse_relu.
+// without fuse_relu. With bf16 activations (a bf16 y or shortcut) it is one pass of our own.
 void batchnorm_add_relu_forward_training(Ctx& ctx, const BatchNormParams& p, const Tensor& x, const Tensor& gamma,
                                          const Tensor& beta, const Tensor& shortcut, Tensor& running_mean,
                                          Tensor& running_var, Tensor& y, BatchNormSaved& saved) {
+  if (y.dtype() == DType::kBF16 || shortcut.dtype() == DType::kBF16) {
+    BatchNormParams with_relu = p;
+    with_relu.fuse_relu = true;  // the ReLU after the sum
+    return batchnorm_forward_training_bf16(ctx, with_relu, x, gamma, beta, &shortcut, running_mean, running_var, y,
+                                           saved);
+  }
   batchnorm_forward_training(ctx, p, x, gamma, beta, running_mean, running_var, y, saved);
   add_relu(ctx, y, shortcut, y);
 }
@@ -312,6 +324,9 @@ void batchnorm_backward(Ctx& ctx, const BatchNormParams& p, const Tensor& x, con
     TANDEM_CUDA_CHECK(cudaMemsetAsync(dgamma.raw_data(), 0, dgamma.nbytes(), cc.stream()), "op={} dgamma", op);
     TANDEM_CUDA_CHECK(cudaMemsetAsync(dbeta.raw_data(), 0, dbeta.nbytes(), cc.stream()), "op={} dbeta", op);
     return;
+  }
+  if (y.dtype() == DType::kBF16 || dx.dtype() == DType::kBF16) {
+    return batchnorm_backward_bf16(ctx, p, x, y, dy, gamma, saved, dx, dgamma, dbeta);
   }
   BnPlan& plan = plan_for(cc, op, x);
   const bool ex = saved.workspace.defined();  // the forward went through an Ex call

@@ -17,4 +17,8 @@ void launch_bn_relu_in_place(float* y, int64_t n, unsigned blocks, unsigned thre
 void launch_bn_relu_mask(const float* y, const float* dy, float* out, int64_t n, unsigned blocks, unsigned threads,
                          cudaStream_t stream);
 
+// The same mask read from a bf16 y (batch norm with bf16 activations): relu_backward's kernel then.
+void launch_bn_relu_mask_bf16(const void* y_bf16, const float* dy, float* out, int64_t n, unsigned blocks,
+                              unsigned threads, cudaStream_t stream);
+
 }  // namespace tandem::backend::cuda

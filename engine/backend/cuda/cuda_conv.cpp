@@ -11,8 +11,11 @@
 // An algorithm that fails at execution (NOT_SUPPORTED, EXECUTION_FAILED) before its first success is
 // dropped for the plan's next candidate, and the call is carved, staged and run again (rerun).
 //
+// x and dy may come in bf16 already (ops.h's bf16_operand, which rounds each once per layer under
+// precision: bf16); cuDNN then reads them in place, with no staged copy.
+//
 // Bias: the forward adds it with cudnnAddTensor on our f32 y (after the bf16 result is converted
-// back), the gradient sums f32 dy with cudnnConvolutionBackwardBias, which cuDNN does not list
+// back), the gradient sums f32 dy (a bf16 dy widened first) with cudnnConvolutionBackwardBias, which cuDNN does not list
 // among its non-deterministic routines; neither touches bf16, so bias values keep f32 precision.
 #include <cuda_runtime_api.h>
 
@@ -57,27 +60,41 @@ struct CallBuffers {
   void* workspace = nullptr;
 };
 
+// Which activations of a call arrive in bf16 already (a caller's bf16_operand: ops.h): those are
+// given to cuDNN as they are, neither copied nor given a staging buffer.
+struct GivenBf16 {
+  bool x = false, y = false;
+};
+
+bool is_bf16(const Tensor& t) { return t.dtype() == DType::kBF16; }
+
 // Lays out the staged copies and the workspace in the context's workspace buffer; `ours` are our
-// tensors' pointers, used where the plan stages nothing.
-CallBuffers carve(CudaContext& cc, const ConvProblem& problem, const ConvPlan& plan, const ConvBuffers& ours) {
+// tensors' pointers, used where the plan stages nothing or the operand is bf16 already.
+CallBuffers carve(CudaContext& cc, const ConvProblem& problem, const ConvPlan& plan, const ConvBuffers& ours,
+                  GivenBf16 given = {}) {
+  TANDEM_CHECK(plan.stages_activations() || (!given.x && !given.y), ErrorCode::kInternal,
+               "{}: a bf16 operand reached a plan computing in {} ({})", conv_op_name(problem.op),
+               dtype_name(plan.compute_type), problem);
   size_t element = dtype_size(plan.compute_type);
-  size_t x_bytes = plan.stages_activations() ? aligned(static_cast<size_t>(problem.x.numel()) * element) : 0;
-  size_t y_bytes = plan.stages_activations() ? aligned(static_cast<size_t>(problem.y.numel()) * element) : 0;
+  const bool stage_x = plan.stages_activations() && !given.x, stage_y = plan.stages_activations() && !given.y;
+  size_t x_bytes = stage_x ? aligned(static_cast<size_t>(problem.x.numel()) * element) : 0;
+  size_t y_bytes = stage_y ? aligned(static_cast<size_t>(problem.y.numel()) * element) : 0;
   size_t w_bytes = plan.stages_filter() ? aligned(static_cast<size_t>(problem.w.numel()) * element) : 0;
   size_t total = x_bytes + y_bytes + w_bytes + plan.workspace_bytes;
   if (total == 0) return {ours, nullptr};
   char* base = static_cast<char*>(cc.workspace(total));
   CallBuffers out{ours, base + x_bytes + y_bytes + w_bytes};
-  if (plan.stages_activations()) {
-    out.cudnn.x = base;
-    out.cudnn.y = base + x_bytes;
-  }
+  if (stage_x) out.cudnn.x = base;
+  if (stage_y) out.cudnn.y = base + x_bytes;
   if (plan.stages_filter()) out.cudnn.w = base + x_bytes + y_bytes;
   return out;
 }
 
+// A bf16 operand is cuDNN's already (carve pointed at it); an f32 one is rounded into its copy.
 void stage_activation(const ConvPlan& plan, const Tensor& ours, void* staged, cudaStream_t stream) {
-  if (plan.stages_activations()) cast_f32_to_bf16(ours.data<float>(), staged, ours.numel(), stream);
+  if (plan.stages_activations() && !is_bf16(ours)) {
+    cast_f32_to_bf16(ours.data<float>(), staged, ours.numel(), stream);
+  }
 }
 
 void unstage_activation(const ConvPlan& plan, const void* staged, Tensor& ours, cudaStream_t stream) {
@@ -130,8 +147,15 @@ void add_bias(CudaContext& cc, const TensorDescriptor& bias_desc, const Tensor& 
                      memory_format_name(y.format()));
 }
 
-void bias_gradient(CudaContext& cc, const TensorDescriptor& dy_desc, const Tensor& dy,
+// dy may be a bf16 operand: its sum is taken over its f32 widening (a bias is rare beside bf16
+// activations: a ResNet's convolutions have none), so db keeps f32 precision either way.
+void bias_gradient(Ctx& ctx, CudaContext& cc, const TensorDescriptor& dy_desc, const Tensor& dy_in,
                    const TensorDescriptor& db_desc, Tensor& db, std::string_view what) {
+  Tensor dy = dy_in;
+  if (dy_in.dtype() == DType::kBF16) {
+    dy = Tensor::empty(dy_in.shape(), DType::kF32, dy_in.device(), dy_in.format());
+    from_bf16(ctx, dy_in, dy);
+  }
   TANDEM_CUDNN_CHECK(cudnnConvolutionBackwardBias(cc.cudnn(), &kOne, dy_desc.get(), dy.raw_data(), &kZero,
                                                   db_desc.get(), db.raw_data()),
                      "{}: db {} from dy {} {}", what, db.shape().str(), dy.shape().str(),
@@ -186,7 +210,7 @@ void conv2d_forward(Ctx& ctx, const Conv2dParams& p, const Tensor& x, const Tens
   ConvPlan& plan = cc.state<ConvPlanCache>().get(cc, problem);
   CallBuffers call;
   do {  // once, unless the algorithm fails at execution and the plan falls back (rerun)
-    call = carve(cc, problem, plan, {x.raw_data(), w.raw_data(), y.raw_data()});
+    call = carve(cc, problem, plan, {x.raw_data(), w.raw_data(), y.raw_data()}, {.x = is_bf16(x)});
     stage_activation(plan, x, call.cudnn.x, stream);
     stage_filter(plan, w, call.cudnn.w, stream);
     if (!plan.chosen) find_algorithm(cc, problem, plan, call.cudnn, call.workspace);
@@ -207,7 +231,7 @@ void conv2d_backward_data(Ctx& ctx, const Conv2dParams& p, const Tensor& dy, con
   ConvPlan& plan = cc.state<ConvPlanCache>().get(cc, problem);
   CallBuffers call;
   do {  // once, unless the algorithm fails at execution and the plan falls back (rerun)
-    call = carve(cc, problem, plan, {dx.raw_data(), w.raw_data(), dy.raw_data()});
+    call = carve(cc, problem, plan, {dx.raw_data(), w.raw_data(), dy.raw_data()}, {.y = is_bf16(dy)});
     stage_activation(plan, dy, call.cudnn.y, stream);
     stage_filter(plan, w, call.cudnn.w, stream);
     if (!plan.chosen) find_algorithm(cc, problem, plan, call.cudnn, call.workspace);
@@ -231,7 +255,7 @@ void conv2d_backward_weights(Ctx& ctx, const Conv2dParams& p, const Tensor& x, c
     zero(dw, stream, "conv2d_backward_weights");
     if (db.defined() && dy.numel() > 0) {
       BiasDescriptors d(dy, "conv2d_backward_weights");
-      bias_gradient(cc, d.y, dy, d.bias, db, "conv2d_backward_weights");
+      bias_gradient(ctx, cc, d.y, dy, d.bias, db, "conv2d_backward_weights");
     } else {
       zero(db, stream, "conv2d_backward_weights");
     }
@@ -241,13 +265,14 @@ void conv2d_backward_weights(Ctx& ctx, const Conv2dParams& p, const Tensor& x, c
   ConvPlan& plan = cc.state<ConvPlanCache>().get(cc, problem);
   CallBuffers call;
   do {  // once, unless the algorithm fails at execution and the plan falls back (rerun)
-    call = carve(cc, problem, plan, {x.raw_data(), dw.raw_data(), dy.raw_data()});
+    call = carve(cc, problem, plan, {x.raw_data(), dw.raw_data(), dy.raw_data()},
+                 {.x = is_bf16(x), .y = is_bf16(dy)});
     stage_activation(plan, x, call.cudnn.x, stream);
     stage_activation(plan, dy, call.cudnn.y, stream);
     if (!plan.chosen) find_algorithm(cc, problem, plan, call.cudnn, call.workspace);
   } while (rerun(cc, problem, plan, run_backward_filter(cc, plan, call), "cudnnConvolutionBackwardFilter"));
   unstage_filter(plan, call.cudnn.w, dw, stream);
-  if (db.defined()) bias_gradient(cc, plan.y_f32, dy, plan.bias, db, "conv2d_backward_weights");
+  if (db.defined()) bias_gradient(ctx, cc, plan.y_f32, dy, plan.bias, db, "conv2d_backward_weights");
 }
 
 }  // namespace tandem::backend::cuda

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "engine/backend/cuda/cuda_bn_relu.h"
 #include "engine/backend/cuda/cuda_check.h"
 #include "engine/backend/cuda/cuda_context.h"
 #include "engine/backend/cuda/cuda_kernels.h"
@@ -134,7 +135,17 @@ void relu_forward(Ctx& ctx, const Tensor& x, Tensor& y) {
   launch_map<1>(ctx, "relu_forward", ReluOp{}, x, nullptr, y);
 }
 
+// y may be a bf16 activation (BatchNormParams::bf16_activations).
 void relu_backward(Ctx& ctx, const Tensor& y, const Tensor& dy, Tensor& dx) {
+  if (y.dtype() == DType::kBF16) {
+    CudaContext& cc = tandem::cuda::cuda_context(ctx);
+    const Launch l = launch_for(dx.numel());
+    launch_bn_relu_mask_bf16(y.raw_data(), dy.data<float>(), dx.data<float>(), dx.numel(), l.blocks, l.threads,
+                             cc.stream());
+    TANDEM_CUDA_LAUNCH_CHECK("bn_relu_mask_bf16_kernel", "op=relu_backward y={} bf16 n={}", y.shape().str(),
+                             dx.numel());
+    return;
+  }
   launch_map<2>(ctx, "relu_backward", ReluBackwardOp{}, y, &dy, dx);
 }
 

@@ -27,7 +27,22 @@ void batchnorm_backward(Ctx&, const BatchNormParams&, const Tensor& x, const Ten
                         const Tensor& gamma, const BatchNormSaved& saved, Tensor& dx, Tensor& dgamma,
                         Tensor& dbeta);
 
-// cuda_sync_batchnorm.cu (SyncBatchNorm's halves: our kernels)
+// cuda_batchnorm_bf16.cu (our kernels): training batch norm whose y, dx or shortcut is bf16
+// (BatchNormParams::bf16_activations); cuda_batchnorm.cpp sends those calls here. shortcut: null,
+// or the residual sum's other term (the ReLU then follows the sum under p.fuse_relu).
+void batchnorm_forward_training_bf16(Ctx&, const BatchNormParams&, const Tensor& x, const Tensor& gamma,
+                                     const Tensor& beta, const Tensor* shortcut, Tensor& running_mean,
+                                     Tensor& running_var, Tensor& y, BatchNormSaved& saved);
+void batchnorm_backward_bf16(Ctx&, const BatchNormParams&, const Tensor& x, const Tensor& y, const Tensor& dy,
+                             const Tensor& gamma, const BatchNormSaved& saved, Tensor& dx, Tensor& dgamma,
+                             Tensor& dbeta);
+
+// cuda_bf16.cpp: precision bf16's conversions (KernelTable::to_bf16, from_bf16)
+void to_bf16(Ctx&, const Tensor& x, Tensor& y);
+void from_bf16(Ctx&, const Tensor& x, Tensor& y);
+
+// cuda_sync_batchnorm.cu (SyncBatchNorm's halves: our kernels). Beyond kernels.h's contract, y may
+// be bf16 in the two backward halves and dx bf16 in backward_elemt (batchnorm_backward_bf16).
 void batchnorm_moments(Ctx&, const Tensor& x, Tensor& moments);
 void batchnorm_merge_moments(Ctx&, const BatchNormParams&, const Tensor& gathered, Tensor& running_mean,
                              Tensor& running_var, Tensor& mean, Tensor& var, Tensor& invstd, Tensor& count);

@@ -4,6 +4,10 @@
 // per channel adds the chunks' partials in chunk order. The chunk count depends on the shape only,
 // so a result repeats bitwise from run to run. Lanes of a warp take neighbouring channels: loads
 // coalesce in channels_last (the GPU default); NCHW is correct but strided.
+//
+// y (read for a fused ReLU's mask) and dx may be bf16 as well as f32: batch norm with bf16
+// activations (cuda_batchnorm_bf16.cu) runs its backward through these two kernels.
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -76,11 +80,19 @@ struct MomentsTerm {  // (x, x^2)
   }
 };
 
+__device__ __forceinline__ float widen(float v) { return v; }
+__device__ __forceinline__ float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ void store(float* p, float v) { *p = v; }
+__device__ __forceinline__ void store(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
+
+template <typename Y>
 struct GradTerm {  // (g, g xhat)
-  const float *x, *y, *dy, *mean, *invstd;
+  const float* x;
+  const Y* y;
+  const float *dy, *mean, *invstd;
   bool fuse_relu;
   __device__ double2 operator()(int64_t i, int64_t c) const {
-    const double g = bn_math::grad_out(fuse_relu, y[i], dy[i]);
+    const double g = bn_math::grad_out(fuse_relu, widen(y[i]), dy[i]);
     const float xhat = __fmul_rn(__fsub_rn(x[i], mean[c]), invstd[c]);
     return make_double2(g, g * xhat);
   }
@@ -144,22 +156,26 @@ __global__ void merge_kernel(MergeArgs a) {
   }
 }
 
+template <typename Y, typename DX>
 struct ElemtArgs {
   Layout layout;
   bool fuse_relu;
-  const float *x, *y, *dy, *gamma, *mean, *invstd, *sums, *count;
-  float* dx;
+  const float* x;
+  const Y* y;
+  const float *dy, *gamma, *mean, *invstd, *sums, *count;
+  DX* dx;
   int64_t n;
 };
 
-__global__ void elemt_kernel(ElemtArgs a) {
+template <typename Y, typename DX>
+__global__ void elemt_kernel(ElemtArgs<Y, DX> a) {
   const float inv_count = static_cast<float>(1.0 / static_cast<double>(*a.count));
   const int64_t channels = a.layout.channels;
   for (int64_t i = global_thread_index(); i < a.n; i += grid_stride()) {
     const int64_t c = a.layout.channel_of(i);
     const float xhat = __fmul_rn(__fsub_rn(a.x[i], a.mean[c]), a.invstd[c]);
-    a.dx[i] = bn_math::input_grad(bn_math::grad_out(a.fuse_relu, a.y[i], a.dy[i]), xhat, a.gamma[c], a.invstd[c],
-                                  a.sums[c], a.sums[channels + c], inv_count);
+    store(a.dx + i, bn_math::input_grad(bn_math::grad_out(a.fuse_relu, widen(a.y[i]), a.dy[i]), xhat, a.gamma[c],
+                                        a.invstd[c], a.sums[c], a.sums[channels + c], inv_count));
   }
 }
 
@@ -214,33 +230,70 @@ void batchnorm_merge_moments(Ctx& ctx, const BatchNormParams& p, const Tensor& g
                            channels);
 }
 
-void batchnorm_backward_reduce(Ctx& ctx, const BatchNormParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
-                               const Tensor& mean, const Tensor& invstd, Tensor& sums, Tensor& dgamma, Tensor& dbeta) {
-  CudaContext& cc = tandem::cuda::cuda_context(ctx);
+namespace {
+
+template <typename Y>
+void backward_reduce(CudaContext& cc, const BatchNormParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
+                     const Tensor& mean, const Tensor& invstd, Tensor& sums, Tensor& dgamma, Tensor& dbeta) {
   const Layout l = layout_of(x);
-  const GradTerm term{x.data<float>(),    y.data<float>(),      dy.data<float>(),
-                      mean.data<float>(), invstd.data<float>(), p.fuse_relu};
+  const GradTerm<Y> term{.x = x.data<float>(),
+                         .y = static_cast<const Y*>(y.raw_data()),
+                         .dy = dy.data<float>(),
+                         .mean = mean.data<float>(),
+                         .invstd = invstd.data<float>(),
+                         .fuse_relu = p.fuse_relu};
   int64_t chunks = 0;
   const double2* partials = channel_partials(cc, l, term, chunks, "batchnorm_backward_reduce");
   const Launch f = launch_for(l.channels);
   grad_sums_finish_kernel<<<f.blocks, f.threads, 0, cc.stream()>>>(partials, chunks, l.channels, sums.data<float>(),
                                                                     dgamma.data<float>(), dbeta.data<float>());
-  TANDEM_CUDA_LAUNCH_CHECK("grad_sums_finish_kernel", "op=batchnorm_backward_reduce x={} {}", x.shape().str(),
-                           memory_format_name(x.format()));
+  TANDEM_CUDA_LAUNCH_CHECK("grad_sums_finish_kernel", "op=batchnorm_backward_reduce x={} {} y={}", x.shape().str(),
+                           memory_format_name(x.format()), dtype_name(y.dtype()));
+}
+
+template <typename Y, typename DX>
+void backward_elemt(CudaContext& cc, const BatchNormParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
+                    const Tensor& gamma, const Tensor& mean, const Tensor& invstd, const Tensor& sums,
+                    const Tensor& count, Tensor& dx) {
+  const ElemtArgs<Y, DX> args{.layout = layout_of(x),
+                              .fuse_relu = p.fuse_relu,
+                              .x = x.data<float>(),
+                              .y = static_cast<const Y*>(y.raw_data()),
+                              .dy = dy.data<float>(),
+                              .gamma = gamma.data<float>(),
+                              .mean = mean.data<float>(),
+                              .invstd = invstd.data<float>(),
+                              .sums = sums.data<float>(),
+                              .count = count.data<float>(),
+                              .dx = static_cast<DX*>(dx.raw_data()),
+                              .n = x.numel()};
+  if (args.n == 0) return;
+  const Launch l = launch_for(args.n);
+  elemt_kernel<<<l.blocks, l.threads, 0, cc.stream()>>>(args);
+  TANDEM_CUDA_LAUNCH_CHECK("elemt_kernel", "op=batchnorm_backward_elemt x={} {} y={} dx={}", x.shape().str(),
+                           memory_format_name(x.format()), dtype_name(y.dtype()), dtype_name(dx.dtype()));
+}
+
+bool is_bf16(const Tensor& t) { return t.dtype() == DType::kBF16; }
+
+}  // namespace
+
+void batchnorm_backward_reduce(Ctx& ctx, const BatchNormParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
+                               const Tensor& mean, const Tensor& invstd, Tensor& sums, Tensor& dgamma, Tensor& dbeta) {
+  CudaContext& cc = tandem::cuda::cuda_context(ctx);
+  if (is_bf16(y)) return backward_reduce<__nv_bfloat16>(cc, p, x, y, dy, mean, invstd, sums, dgamma, dbeta);
+  backward_reduce<float>(cc, p, x, y, dy, mean, invstd, sums, dgamma, dbeta);
 }
 
 void batchnorm_backward_elemt(Ctx& ctx, const BatchNormParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
                               const Tensor& gamma, const Tensor& mean, const Tensor& invstd, const Tensor& sums,
                               const Tensor& count, Tensor& dx) {
   CudaContext& cc = tandem::cuda::cuda_context(ctx);
-  const ElemtArgs args{layout_of(x),       p.fuse_relu,          x.data<float>(),    y.data<float>(),
-                       dy.data<float>(),   gamma.data<float>(),  mean.data<float>(), invstd.data<float>(),
-                       sums.data<float>(), count.data<float>(),  dx.data<float>(),   x.numel()};
-  if (args.n == 0) return;
-  const Launch l = launch_for(args.n);
-  elemt_kernel<<<l.blocks, l.threads, 0, cc.stream()>>>(args);
-  TANDEM_CUDA_LAUNCH_CHECK("elemt_kernel", "op=batchnorm_backward_elemt x={} {}", x.shape().str(),
-                           memory_format_name(x.format()));
+  using B = __nv_bfloat16;
+  if (is_bf16(y) && is_bf16(dx)) return backward_elemt<B, B>(cc, p, x, y, dy, gamma, mean, invstd, sums, count, dx);
+  if (is_bf16(y)) return backward_elemt<B, float>(cc, p, x, y, dy, gamma, mean, invstd, sums, count, dx);
+  if (is_bf16(dx)) return backward_elemt<float, B>(cc, p, x, y, dy, gamma, mean, invstd, sums, count, dx);
+  backward_elemt<float, float>(cc, p, x, y, dy, gamma, mean, invstd, sums, count, dx);
 }
 
 }  // namespace tandem::backend::cuda

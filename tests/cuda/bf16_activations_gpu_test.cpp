@@ -1,0 +1,227 @@
+// bf16 activations on the GPU (precision: bf16): the conversions give
+// tandem::float_to_bf16's bits; a convolution given bf16 operands (ops.h's
+// bf16_operand) gives the bits of the same convolution given f32 ones, which it
+// rounds itself; batch norm with bf16_activations writes a bf16 y and dx within
+// half a bf16 step of the CPU's f32 results, with f32 statistics, running
+// averages and parameter gradients at f32's tolerance, and repeats bit for bit;
+// relu_backward masks by a bf16 y.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/backend/ops.h"
+#include "tests/cuda/cuda_test_util.h"
+
+namespace tandem::backend {
+namespace {
+
+constexpr double kF32Tolerance = 1e-4;
+// A bf16 value is within 2^-9 of its f32 value (relative), plus the two
+// backends' f32 differences.
+constexpr double kBf16Tolerance = 4e-3;
+
+Tensor random_tensor(const Shape& shape, uint64_t seed, float lo = -1.0f, float hi = 1.0f,
+                     MemoryFormat format = MemoryFormat::kContiguous) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(static_cast<size_t>(shape.numel()));
+  for (float& x : v) x = dist(rng);
+  return Tensor::from_vector(v, shape).to_format(format);
+}
+
+// t's values in logical (NCHW) order, on the host, widened from bf16 where t is
+// bf16.
+std::vector<float> values(const Tensor& t) {
+  Tensor host = t.to(Device::cpu()).to_format(MemoryFormat::kContiguous);
+  if (host.dtype() == DType::kF32) return host.to_vector();
+  const auto* bits = static_cast<const BFloat16*>(host.raw_data());
+  std::vector<float> out(static_cast<size_t>(host.numel()));
+  for (size_t i = 0; i < out.size(); ++i) out[i] = bf16_to_float(bits[i]);
+  return out;
+}
+
+std::vector<uint16_t> bf16_bits(const Tensor& t) {
+  Tensor host = t.to(Device::cpu()).to_format(MemoryFormat::kContiguous);
+  const auto* p = static_cast<const uint16_t*>(host.raw_data());
+  return std::vector<uint16_t>(p, p + host.numel());
+}
+
+double rel_error(const Tensor& got, const Tensor& want) {
+  const std::vector<float> g = values(got), w = values(want);
+  EXPECT_EQ(g.size(), w.size());
+  double diff = 0.0, scale = 1e-12;
+  for (size_t i = 0; i < std::min(g.size(), w.size()); ++i) {
+    diff = std::max(diff, std::abs(static_cast<double>(g[i]) - w[i]));
+    scale = std::max(scale, std::abs(static_cast<double>(w[i])));
+  }
+  return diff / scale;
+}
+
+bool bitwise_equal(const Tensor& a, const Tensor& b) {
+  const std::vector<float> x = values(a), y = values(b);
+  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+}
+
+Tensor gpu(const Tensor& t) { return t.to(Device::cuda(0)); }
+
+struct Contexts {
+  ExecutionContext cpu{Device::cpu(), 2, 1};
+  ExecutionContext gpu{Device::cuda(0)};
+  Contexts() { gpu.options().precision = Precision::kBf16; }
+};
+
+TEST(CudaBf16Activations, ConversionsGiveTheHostsBits) {
+  TANDEM_REQUIRE_GPU();
+  Contexts ctx;
+  for (MemoryFormat format : {MemoryFormat::kContiguous, MemoryFormat::kChannelsLast}) {
+    const Tensor x = random_tensor({3, 5, 7, 6}, 1, -40.0f, 40.0f, format);
+    const Tensor rounded = bf16_operand(ctx.gpu, gpu(x));
+    ASSERT_EQ(rounded.dtype(), DType::kBF16);
+    EXPECT_EQ(rounded.format(), format);
+    const std::vector<float> want = values(x);
+    const std::vector<uint16_t> got = bf16_bits(rounded);
+    int64_t wrong = 0;
+    for (size_t i = 0; i < want.size(); ++i) wrong += got[i] != float_to_bf16(want[i]).bits;
+    EXPECT_EQ(wrong, 0) << memory_format_name(format);
+    // A 1x1 max pool is the identity: it widens its bf16 x (from_bf16) and
+    // returns it.
+    const Pool2dParams identity{.kernel = {1, 1}, .stride = {1, 1}};
+    const Tensor widened = max_pool2d_forward(ctx.gpu, identity, rounded).y;
+    EXPECT_EQ(widened.dtype(), DType::kF32);
+    EXPECT_TRUE(bitwise_equal(widened, rounded));
+  }
+}
+
+// The convolution rounds an f32 operand into its own bf16 copy, so a bf16
+// operand of the same values must give the same bits (the same plan and
+// algorithm serve both calls).
+TEST(CudaBf16Activations, ConvolutionsTakeBf16OperandsAsTheirOwnRounding) {
+  TANDEM_REQUIRE_GPU();
+  Contexts ctx;
+  ctx.gpu.options().deterministic = true;
+  for (MemoryFormat format : {MemoryFormat::kContiguous, MemoryFormat::kChannelsLast}) {
+    SCOPED_TRACE(std::string(memory_format_name(format)));
+    const Conv2dParams p{.stride = {2, 1}, .padding = {1, 1}};
+    const Tensor x = gpu(random_tensor({2, 8, 9, 7}, 2, -1.0f, 1.0f, format));
+    const Tensor w = gpu(random_tensor({16, 8, 3, 3}, 3));
+    const Tensor b = gpu(random_tensor({16}, 4));
+    const Tensor x16 = bf16_operand(ctx.gpu, x);
+    const Tensor y = conv2d_forward(ctx.gpu, p, x, w, b);
+    EXPECT_TRUE(bitwise_equal(conv2d_forward(ctx.gpu, p, x16, w, b), y));
+    const Tensor dy16 = bf16_operand(ctx.gpu, gpu(random_tensor(y.shape(), 5, -1.0f, 1.0f, format)));
+    const Tensor dy = max_pool2d_forward(ctx.gpu, {.kernel = {1, 1}, .stride = {1, 1}}, dy16).y;  // widened
+    EXPECT_TRUE(bitwise_equal(conv2d_backward_data(ctx.gpu, p, dy16, w, x.shape()),
+                              conv2d_backward_data(ctx.gpu, p, dy, w, x.shape())));
+    const ConvWeightGrads from16 = conv2d_backward_weights(ctx.gpu, p, x16, dy16, w.shape(), true);
+    const ConvWeightGrads from32 = conv2d_backward_weights(ctx.gpu, p, x, dy, w.shape(), true);
+    EXPECT_TRUE(bitwise_equal(from16.dw, from32.dw));
+    EXPECT_TRUE(bitwise_equal(from16.db, from32.db));  // the bias sums the widened dy
+    const Tensor start = random_tensor(x.shape(), 6, -1.0f, 1.0f, format);
+    Tensor sum = gpu(start), sum32 = gpu(start);
+    conv2d_backward_data_add(ctx.gpu, p, dy16, w, sum);
+    conv2d_backward_data_add(ctx.gpu, p, dy, w, sum32);
+    EXPECT_TRUE(bitwise_equal(sum, sum32));
+  }
+}
+
+struct BnCase {
+  Shape x;
+  MemoryFormat format;
+  bool relu, shortcut;
+};
+
+std::string name_of(const BnCase& c) {
+  return c.x.str() + " " + std::string(memory_format_name(c.format)) + (c.relu ? " relu" : "") +
+         (c.shortcut ? " +shortcut" : "");
+}
+
+class CudaBf16BatchNorm : public ::testing::TestWithParam<BnCase> {};
+
+TEST_P(CudaBf16BatchNorm, Bf16OutputsWithinHalfAStepOfTheCpusF32) {
+  TANDEM_REQUIRE_GPU();
+  const BnCase& c = GetParam();
+  SCOPED_TRACE(name_of(c));
+  Contexts ctx;
+  const int64_t ch = c.x[1];
+  BatchNormParams p{.eps = 1e-3f, .momentum = 0.2f, .fuse_relu = c.relu && !c.shortcut, .bf16_activations = true};
+  const Tensor gamma = random_tensor({ch}, 1, 0.5f, 1.5f), beta = random_tensor({ch}, 2);
+  Tensor rm = random_tensor({ch}, 3), rv = random_tensor({ch}, 4, 0.5f, 2.0f);
+  Tensor g_rm = gpu(rm), g_rv = gpu(rv);
+  const Tensor x = random_tensor(c.x, 10, -2.0f, 3.0f, c.format);
+  const Tensor g_shortcut = bf16_operand(ctx.gpu, gpu(random_tensor(c.x, 11, -1.0f, 1.0f, c.format)));
+  const Tensor shortcut = Tensor::from_vector(values(g_shortcut), c.x).to_format(c.format);  // its f32 values
+
+  BatchNormForward f, gf;
+  if (c.shortcut) {
+    f = batchnorm_add_relu_forward_training(ctx.cpu, p, x, gamma, beta, shortcut, rm, rv);
+    gf = batchnorm_add_relu_forward_training(ctx.gpu, p, gpu(x), gpu(gamma), gpu(beta), g_shortcut, g_rm, g_rv);
+  } else {
+    f = batchnorm_forward_training(ctx.cpu, p, x, gamma, beta, rm, rv);
+    gf = batchnorm_forward_training(ctx.gpu, p, gpu(x), gpu(gamma), gpu(beta), g_rm, g_rv);
+  }
+  ASSERT_EQ(gf.y.dtype(), DType::kBF16);
+  EXPECT_EQ(gf.y.format(), c.format);
+  EXPECT_LT(rel_error(gf.y, f.y), kBf16Tolerance);
+  EXPECT_LT(rel_error(gf.saved.mean, f.saved.mean), kF32Tolerance);
+  EXPECT_LT(rel_error(gf.saved.invstd, f.saved.invstd), kF32Tolerance);
+  EXPECT_LT(rel_error(g_rm, rm), kF32Tolerance);
+  EXPECT_LT(rel_error(g_rv, rv),
+            kF32Tolerance);  // unbiased variance, momentum as PyTorch
+
+  // The backward: after a block end, relu_backward (with the bf16 y) then batch
+  // norm without ReLU.
+  const Tensor dy_out = random_tensor(c.x, 20, -1.0f, 1.0f, c.format);
+  Tensor dy = dy_out, g_dy = gpu(dy_out);
+  if (c.shortcut) {
+    dy = relu_backward(ctx.cpu, f.y, dy_out);
+    g_dy = relu_backward(ctx.gpu, gf.y, gpu(dy_out));
+    EXPECT_TRUE(bitwise_equal(
+        g_dy, relu_backward(ctx.cpu, Tensor::from_vector(values(gf.y), c.x).to_format(c.format), dy_out)));
+  }
+  const BatchNormGrads g = batchnorm_backward(ctx.cpu, p, x, f.y, dy, gamma, f.saved);
+  const BatchNormGrads gg = batchnorm_backward(ctx.gpu, p, gpu(x), gf.y, g_dy, gpu(gamma), gf.saved);
+  ASSERT_EQ(gg.dx.dtype(), DType::kBF16);
+  EXPECT_EQ(gg.dx.format(), c.format);
+  EXPECT_LT(rel_error(gg.dx, g.dx), kBf16Tolerance);
+  EXPECT_LT(rel_error(gg.dgamma, g.dgamma),
+            1e-3);  // f32 sums over a mask read from bf16 y
+  EXPECT_LT(rel_error(gg.dbeta, g.dbeta), 1e-3);
+
+  // Fixed-order sums: the same inputs give the same bits.
+  const BatchNormGrads again = batchnorm_backward(ctx.gpu, p, gpu(x), gf.y, g_dy, gpu(gamma), gf.saved);
+  EXPECT_TRUE(bitwise_equal(again.dx, gg.dx));
+  EXPECT_TRUE(bitwise_equal(again.dgamma, gg.dgamma));
+
+  // Eval mode stays f32.
+  const Tensor yi = batchnorm_forward_inference(ctx.gpu, p, gpu(x), gpu(gamma), gpu(beta), g_rm, g_rv);
+  EXPECT_EQ(yi.dtype(), DType::kF32);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaBf16BatchNorm,
+                         ::testing::Values(BnCase{{4, 16, 8, 8}, MemoryFormat::kChannelsLast, true, false},
+                                           BnCase{{4, 16, 8, 8}, MemoryFormat::kChannelsLast, false, false},
+                                           BnCase{{4, 16, 8, 8}, MemoryFormat::kChannelsLast, true, true},
+                                           BnCase{{3, 5, 7, 6}, MemoryFormat::kContiguous, true, false},
+                                           BnCase{{3, 5, 7, 6}, MemoryFormat::kContiguous, false, true},
+                                           BnCase{{1, 40, 1, 2}, MemoryFormat::kChannelsLast, true, true}),
+                         [](const auto& test) { return "case" + std::to_string(test.index); });
+
+// An f32 context ignores the flag: y and dx stay f32 (cuDNN's path).
+TEST(CudaBf16Activations, Fp32ContextKeepsF32) {
+  TANDEM_REQUIRE_GPU();
+  ExecutionContext gpu_ctx(Device::cuda(0));
+  BatchNormParams p{.bf16_activations = true};
+  Tensor rm = gpu(Tensor::zeros({4})), rv = gpu(random_tensor({4}, 4, 0.5f, 2.0f));
+  const Tensor x = gpu(random_tensor({2, 4, 3, 3}, 1));
+  const BatchNormForward f =
+      batchnorm_forward_training(gpu_ctx, p, x, gpu(random_tensor({4}, 2)), gpu(random_tensor({4}, 3)), rm, rv);
+  EXPECT_EQ(f.y.dtype(), DType::kF32);
+}
+
+}  // namespace
+}  // namespace tandem::backend
