@@ -64,6 +64,28 @@ Tensor bf16_operand(Ctx& ctx, const Tensor& x) {
   return y;
 }
 
+namespace {
+
+void check_conversion(std::string_view op, const Ctx& ctx, const Tensor& x, DType from, const Tensor& y, DType to) {
+  check_tensor(op, "x", x, ctx, from, -1, "");
+  check_tensor(op, "y", y, ctx, to, -1, "");
+  check_same(op, "x", x, "y", y);
+}
+
+}  // namespace
+
+void round_to_bf16(Ctx& ctx, const Tensor& x, Tensor& y) {
+  constexpr std::string_view op = "round_to_bf16";
+  check_conversion(op, ctx, x, DType::kF32, y, DType::kBF16);
+  entry(table(ctx).to_bf16, op, ctx)(ctx, x, y);
+}
+
+void widen_from_bf16(Ctx& ctx, const Tensor& x, Tensor& y) {
+  constexpr std::string_view op = "widen_from_bf16";
+  check_conversion(op, ctx, x, DType::kBF16, y, DType::kF32);
+  entry(table(ctx).from_bf16, op, ctx)(ctx, x, y);
+}
+
 Shape conv2d_output_shape(const Conv2dParams& p, const Shape& x, const Shape& w) {
   check_shape4("conv2d_output_shape", "x", x, kNchw);
   check_shape4("conv2d_output_shape", "w", w, kWeights);

@@ -19,6 +19,10 @@ Shape pool2d_output_shape(const Pool2dParams& p, const Shape& x);
 // which the convolutions take as x and dy, so that their three passes round each operand once.
 // Otherwise x itself (the device rounds inside each product).
 Tensor bf16_operand(Ctx&, const Tensor& x);
+// In any precision, into tensors of x's shape, format and device: y (bf16) = x (f32) rounded to
+// nearest even, and y (f32) = x (bf16) widened, exactly (gradients all-reduced in bf16).
+void round_to_bf16(Ctx&, const Tensor& x, Tensor& y);
+void widen_from_bf16(Ctx&, const Tensor& x, Tensor& y);
 // x and dy below: f32, or their bf16_operand.
 Tensor conv2d_forward(Ctx&, const Conv2dParams&, const Tensor& x, const Tensor& w, const Tensor& b = {});
 Tensor conv2d_backward_data(Ctx&, const Conv2dParams&, const Tensor& dy, const Tensor& w, const Shape& x_shape);

@@ -42,7 +42,8 @@ using TandemCudaPluginInit = int (*)(int abi_version, TandemCudaPlugin* out);
 // NCCL collectives across this process's GPUs (issue 6), from a second entry point so the
 // table above keeps its layout. engine/distribute wraps them in its Communicator interface.
 // 2: DeviceCollectives gained total_ranks / first_rank; the entry points of several processes.
-inline constexpr int kTandemNcclAbi = 2;
+// 3: all_reduce takes the element type (f32, or bf16 for distribute.allreduce_dtype: bf16).
+inline constexpr int kTandemNcclAbi = 3;
 inline constexpr const char* kTandemNcclEntry = "tandem_cuda_nccl_create";
 // Several processes: process 0 makes the unique id (ncclGetUniqueId), the launcher's rendezvous
 // carries it to the others, and every process creates its ranks of the one communicator.
@@ -67,7 +68,8 @@ class DeviceCollectives {
   virtual int first_rank() const { return 0; }
   virtual int device(int rank) const = 0;
   virtual Stream& stream(int rank) = 0;  // where this rank's collectives run
-  virtual void all_reduce(int rank, float* data, size_t count, bool average) = 0;  // in place
+  // In place; dtype is kF32 or kBF16 (each sum taken in f32 and rounded once more to bf16 when stored).
+  virtual void all_reduce(int rank, void* data, size_t count, DType dtype, bool average) = 0;
   virtual void broadcast(int rank, void* data, size_t bytes, int root) = 0;
   virtual void all_gather(int rank, const void* in, void* out, size_t bytes_per_rank) = 0;
   // Empty while healthy, else NCCL's asynchronous error for the rank, in words.

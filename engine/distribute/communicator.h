@@ -72,7 +72,8 @@ class Communicator {
   int64_t step() const { return step_.load(std::memory_order_relaxed); }
 
   // Asynchronous launches: they return at once; the tensors must stay untouched until the
-  // handle is done. x is reduced in place (f32 only); every rank ends with bitwise equal values.
+  // handle is done. x is reduced in place (f32, or bf16: distribute.allreduce_dtype); every rank
+  // ends with bitwise equal values.
   virtual CollectiveHandle all_reduce_async(const Tensor& x, ReduceOp op, CollectiveTag tag = {}) = 0;
   // x on root is copied into x on every other rank (any dtype; the same shape everywhere).
   virtual CollectiveHandle broadcast_async(const Tensor& x, int root, CollectiveTag tag = {}) = 0;

@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "engine/distribute/bf16_wire.h"
+#include "engine/backend/ops.h"
 
 namespace tandem::distribute {
 
@@ -116,8 +116,8 @@ void GradientBucketer::State::launch_in_order() {
     if (wire.empty()) {
       handles[next_launch] = comm->all_reduce_async(f, options.op, tag);
     } else {
-      const Tensor& w = wire[next_launch];
-      bf16_wire::round_all(f.data<float>(), static_cast<uint16_t*>(w.raw_data()), f.numel());
+      Tensor& w = wire[next_launch];
+      backend::round_to_bf16(*ctx, f, w);  // on the replica's stream, which the collective follows
       handles[next_launch] = comm->all_reduce_async(w, options.op, tag);
     }
     ++next_launch;
@@ -139,11 +139,8 @@ GradientBucketer::GradientBucketer(Communicator& comm, ExecutionContext& ctx,
   s.comm = &comm;
   s.ctx = &ctx;
   s.options = options;
-  TANDEM_CHECK(options.wire_dtype == DType::kF32 || (options.wire_dtype == DType::kBF16 && ctx.device().is_cpu()),
-               ErrorCode::kInvalidArgument,
-               "gradients are all-reduced in f32, or in bf16 between CPU replicas; got {} on {}{}",
-               dtype_name(options.wire_dtype), ctx.device().str(),
-               options.wire_dtype == DType::kBF16 ? " (bf16 over NCCL is not there yet: use f32)" : "");
+  TANDEM_CHECK(options.wire_dtype == DType::kF32 || options.wire_dtype == DType::kBF16, ErrorCode::kInvalidArgument,
+               "gradients are all-reduced in f32 or in bf16; got {}", dtype_name(options.wire_dtype));
   std::vector<int64_t> numel;
   for (auto& [name, v] : parameters) {
     TANDEM_CHECK(v.requires_grad() && v.value().dtype() == DType::kF32 && v.value().device() == ctx.device(),
@@ -163,7 +160,9 @@ GradientBucketer::GradientBucketer(Communicator& comm, ExecutionContext& ctx,
       s.slot_of[static_cast<size_t>(s.buckets[b].params[k])] = static_cast<int>(k);
     }
     s.flat.push_back(Tensor::zeros({s.buckets[b].numel}, DType::kF32, ctx.device()));
-    if (options.wire_dtype == DType::kBF16) s.wire.push_back(Tensor::zeros({s.buckets[b].numel}, DType::kBF16));
+    if (options.wire_dtype == DType::kBF16) {
+      s.wire.push_back(Tensor::zeros({s.buckets[b].numel}, DType::kBF16, ctx.device()));
+    }
   }
   for (auto& v : s.params) s.reduced.push_back(Tensor::zeros(v.value().shape(), DType::kF32, ctx.device()));
   s.handles.resize(s.buckets.size());
@@ -210,10 +209,7 @@ void GradientBucketer::finish(const std::function<void(const std::vector<int>&)>
         s.handles[b].wait_on(s.ctx->stream());
       }
       if (on_wait) on_wait(false);
-      if (!s.wire.empty()) {
-        bf16_wire::widen_all(static_cast<const uint16_t*>(s.wire[b].raw_data()), s.flat[b].data<float>(),
-                             s.flat[b].numel());
-      }
+      if (!s.wire.empty()) backend::widen_from_bf16(*s.ctx, s.wire[b], s.flat[b]);
       for (int p : s.buckets[b].params) {
         auto i = static_cast<size_t>(p);
         s.copy(s.reduced[i].raw_data(), s.slot_ptr(p), s.reduced[i].nbytes());

@@ -22,7 +22,8 @@ struct BucketOptions {
   // summed, so kSum by default; kAverage when each replica's loss is a mean over its own batch.
   ReduceOp op = ReduceOp::kSum;
   // kBF16 (distribute.allreduce_dtype: bf16): each bucket is rounded to bf16 for its all-reduce,
-  // half the bytes, and widened back to f32 after it; CPU replicas only for now.
+  // half the bytes, and widened back to f32 after it, on the replica's device (NCCL's bf16 sum on
+  // GPUs, which adds in f32 and rounds each partial sum to bf16).
   DType wire_dtype = DType::kF32;
 };
 

@@ -231,8 +231,8 @@ void NcclCommunicator::check_tensor(const Tensor& x, std::string_view what) cons
 
 CollectiveHandle NcclCommunicator::all_reduce_async(const Tensor& x, ReduceOp op, CollectiveTag tag) {
   check_tensor(x, "all_reduce");
-  TANDEM_CHECK(x.dtype() == DType::kF32, ErrorCode::kInvalidArgument, "all_reduce reduces f32 tensors, got {}",
-               x.describe());
+  TANDEM_CHECK(x.dtype() == DType::kF32 || x.dtype() == DType::kBF16, ErrorCode::kInvalidArgument,
+               "all_reduce reduces f32 or bf16 tensors, got {}", x.describe());
   CollectiveDesc desc{.kind = CollectiveKind::kAllReduce, .op = op, .dtype = x.dtype(), .count = x.numel(),
                       .bucket = tag.bucket};
   return launch(desc, x, Tensor(), tag.after);
@@ -291,8 +291,7 @@ void NcclCommunicator::enqueue(const CollectiveDesc& desc, const Tensor& x, cons
     }
     switch (desc.kind) {
       case CollectiveKind::kAllReduce:
-        nccl.all_reduce(rank_, static_cast<float*>(desc.data), static_cast<size_t>(desc.count),
-                        desc.op == ReduceOp::kAverage);
+        nccl.all_reduce(rank_, desc.data, static_cast<size_t>(desc.count), desc.dtype, desc.op == ReduceOp::kAverage);
         break;
       case CollectiveKind::kBroadcast: nccl.broadcast(rank_, desc.data, x.nbytes(), desc.root); break;
       case CollectiveKind::kAllGather: nccl.all_gather(rank_, desc.data, desc.out, x.nbytes()); break;

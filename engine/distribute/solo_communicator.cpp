@@ -19,8 +19,8 @@ CollectiveHandle SoloCommunicator::done() {
 
 CollectiveHandle SoloCommunicator::all_reduce_async(const Tensor& x, ReduceOp, CollectiveTag) {
   check(x, "all_reduce");
-  TANDEM_CHECK(x.dtype() == DType::kF32, ErrorCode::kInvalidArgument, "all_reduce reduces f32 tensors, got {}",
-               x.describe());
+  TANDEM_CHECK(x.dtype() == DType::kF32 || x.dtype() == DType::kBF16, ErrorCode::kInvalidArgument,
+               "all_reduce reduces f32 or bf16 tensors, got {}", x.describe());
   return done();  // the sum (or average) over one rank is x itself
 }
 

@@ -56,7 +56,7 @@ struct DistributeConfig {
   bool sync_batchnorm = false;
   double first_bucket_mb = 1.0;
   double bucket_cap_mb = 25.0;
-  std::string allreduce_dtype = "fp32";  // bf16: gradients rounded to bf16 for the all-reduce (CPU replicas)
+  std::string allreduce_dtype = "fp32";  // bf16: gradients rounded to bf16 for the all-reduce
   double watchdog_timeout_s = 300.0;
   int64_t checksum_every_steps = 100;
   // Several processes (one per node): usually from the launcher (mpirun, srun, torchrun-style

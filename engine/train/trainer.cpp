@@ -81,10 +81,6 @@ void check_setup(const TrainerSetup& s) {
                 k, per_replica, s.plan.global_batch_size, s.plan.replicas(), unit, lower > 0 ? lower : unit,
                 lower + unit);
   }
-  TANDEM_CHECK(first.is_cpu() || s.config.distribute.allreduce_dtype == "fp32", ErrorCode::kInvalidArgument,
-               "distribute.allreduce_dtype: bf16 runs between CPU replicas only for now (NCCL's bf16 all-reduce is not "
-               "wired yet): remove it, or set it to fp32, for {}",
-               first.str());
   if (first.is_cpu() && s.config.precision == "bf16") {
     const backend::CpuReport cpu = backend::probe_cpu();
     TANDEM_CHECK(cpu.runs_bf16(), ErrorCode::kInvalidArgument, "{}", cpu.bf16_refusal());

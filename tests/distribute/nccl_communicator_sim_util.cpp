@@ -36,8 +36,8 @@ SimCollectives::SimCollectives(int world_size)
   for (int r = 0; r < world_size; ++r) streams_.push_back(std::make_unique<SimStream>(this));
 }
 
-void SimCollectives::all_reduce(int rank, float* data, size_t count, bool average) {
-  queue(rank, Part{Kind::kAllReduce, data, nullptr, count * sizeof(float), average, 0, nullptr, 0});
+void SimCollectives::all_reduce(int rank, void* data, size_t count, DType dtype, bool average) {
+  queue(rank, Part{Kind::kAllReduce, data, nullptr, count * dtype_size(dtype), average, 0, nullptr, 0, dtype});
 }
 
 void SimCollectives::broadcast(int rank, void* data, size_t bytes, int root) {
@@ -92,7 +92,9 @@ void SimCollectives::progress() {
 
 void SimCollectives::run(const std::vector<Part>& parts) {
   const Part& p0 = parts[0];
-  if (p0.kind == Kind::kAllReduce) {
+  if (p0.kind == Kind::kAllReduce && p0.dtype == DType::kBF16) {
+    reduce_bf16(parts);
+  } else if (p0.kind == Kind::kAllReduce) {
     const size_t n = p0.bytes / sizeof(float);
     std::vector<float> acc(static_cast<float*>(p0.data), static_cast<float*>(p0.data) + n);
     for (size_t q = 1; q < parts.size(); ++q) {
@@ -115,6 +117,20 @@ void SimCollectives::run(const std::vector<Part>& parts) {
       }
     }
   }
+}
+
+void SimCollectives::reduce_bf16(const std::vector<Part>& parts) {
+  const Part& p0 = parts[0];
+  const size_t n = p0.bytes / sizeof(BFloat16);
+  auto at = [](const Part& p, size_t i) { return bf16_to_float(static_cast<const BFloat16*>(p.data)[i]); };
+  std::vector<BFloat16> acc(n);
+  for (size_t i = 0; i < n; ++i) {
+    float sum = at(p0, i);
+    for (size_t q = 1; q < parts.size(); ++q) sum = bf16_to_float(float_to_bf16(sum + at(parts[q], i)));
+    if (p0.average) sum /= static_cast<float>(parts.size());
+    acc[i] = float_to_bf16(sum);
+  }
+  for (const Part& p : parts) std::memcpy(p.data, acc.data(), p0.bytes);
 }
 
 std::string SimCollectives::async_error(int rank) {

@@ -86,7 +86,8 @@ class SimCollectives final : public backend::DeviceCollectives {
   int world_size() const override { return static_cast<int>(streams_.size()); }
   int device(int) const override { return 0; }
   Stream& stream(int rank) override { return *streams_[static_cast<size_t>(rank)]; }
-  void all_reduce(int rank, float* data, size_t count, bool average) override;
+  // bf16 as NCCL's ring sums it: each partial sum taken in f32 and rounded to bf16.
+  void all_reduce(int rank, void* data, size_t count, DType dtype, bool average) override;
   void broadcast(int rank, void* data, size_t bytes, int root) override;
   void all_gather(int rank, const void* in, void* out, size_t bytes_per_rank) override;
   std::string async_error(int rank) override;
@@ -111,9 +112,11 @@ class SimCollectives final : public backend::DeviceCollectives {
     int root;
     SimStream* wait_for;
     uint64_t wait_until;
+    DType dtype = DType::kF32;  // an all-reduce's elements
   };
   void queue(int rank, Part part);
   void run(const std::vector<Part>& parts);
+  static void reduce_bf16(const std::vector<Part>& parts);
 
   std::vector<std::unique_ptr<SimStream>> streams_;
   mutable std::mutex mutex_;

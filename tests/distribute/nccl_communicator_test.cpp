@@ -5,8 +5,12 @@
 
 #include <thread>
 
+#include "engine/autograd/ops.h"
 #include "engine/backend/plugin_loader.h"
+#include "engine/distribute/gradient_bucketer.h"
 #include "engine/distribute/nccl_communicator.h"
+#include "engine/nn/init.h"
+#include "engine/nn/layers.h"
 #include "tests/distribute/distribute_test_util.h"
 #include "tests/distribute/nccl_communicator_sim_util.h"
 
@@ -312,6 +316,59 @@ TEST(NcclCommunicatorSim, DestroyingTheGroupWithWorkPendingDoesNotHang) {
     g.comm(0).all_reduce_async(x, ReduceOp::kSum);  // replica 1 never comes
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+}
+
+// distribute.allreduce_dtype: bf16 over NCCL: the communicator hands bf16 buffers to the device
+// collectives as bf16 (NCCL's ring rounds each partial sum), and the bucketer rounds each bucket on
+// the replica's device before its all-reduce and widens it after.
+float bf16_round(float x) { return bf16_to_float(float_to_bf16(x)); }
+
+TEST(NcclCommunicatorSim, AllReducesBf16AsBf16) {
+  SimGroup g(3);
+  const std::vector<float> values = {1.0f, 1.0f / 3.0f, 1000.5f};
+  expect_no_errors(run_ranks(3, [&](int r) {
+    std::vector<BFloat16> bits;
+    for (float v : values) bits.push_back(float_to_bf16(v * static_cast<float>(r + 1)));
+    Tensor x = Tensor::empty({3}, DType::kBF16);
+    std::memcpy(x.raw_data(), bits.data(), bits.size() * sizeof(BFloat16));
+    g.comm(r).all_reduce(x, ReduceOp::kSum);
+    const auto* got = static_cast<const BFloat16*>(x.raw_data());
+    for (size_t i = 0; i < values.size(); ++i) {
+      float want = bf16_round(values[i]);
+      for (int q = 1; q < 3; ++q) want = bf16_round(want + bf16_round(values[i] * static_cast<float>(q + 1)));
+      EXPECT_EQ(got[i].bits, float_to_bf16(want).bits) << "element " << i;
+    }
+  }));
+  Tensor ints = Tensor::zeros({2}, DType::kI32);
+  EXPECT_THROW(g.comm(0).all_reduce(ints, ReduceOp::kSum), Error);
+}
+
+TEST(NcclCommunicatorSim, BucketerSendsBf16GradientsAndWidensTheSums) {
+  constexpr int kRanks = 2;
+  SimGroup g(kRanks);
+  std::vector<std::vector<std::vector<float>>> own(kRanks), reduced(kRanks);
+  expect_no_errors(run_ranks(kRanks, [&](int r) {
+    nn::init::manual_seed(7);
+    auto model = std::make_shared<nn::Linear>(16, 8);
+    ExecutionContext ctx(Device::cpu(), 1);
+    GradientBucketer bucketer(g.comm(r), ctx, model->named_parameters(),
+                              BucketOptions{.first_bucket_bytes = 100, .wire_dtype = DType::kBF16});
+    Generator gen(static_cast<uint64_t>(r + 1));
+    Tensor x = Tensor::empty({4, 16});
+    for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = gen.normal();
+    auto y = (*model)(ctx, autograd::Variable(x));
+    autograd::sum(ctx, autograd::mul(ctx, y, y)).backward(&ctx);
+    for (auto& p : model->parameters()) own[static_cast<size_t>(r)].push_back(p.grad().to_vector());
+    bucketer.finish();
+    for (auto& p : model->parameters()) reduced[static_cast<size_t>(r)].push_back(p.grad().to_vector());
+  }));
+  for (size_t p = 0; p < own[0].size(); ++p) {
+    for (size_t i = 0; i < own[0][p].size(); ++i) {
+      const float want = bf16_round(bf16_round(own[0][p][i]) + bf16_round(own[1][p][i]));
+      ASSERT_EQ(reduced[0][p][i], want) << "param " << p << " element " << i;
+      ASSERT_EQ(reduced[1][p][i], want) << "param " << p << " element " << i;
+    }
+  }
 }
 
 }  // namespace

@@ -73,25 +73,6 @@ TEST_F(TrainerTest, TwoReplicasAllReducingInBf16TrainAsInF32) {
   EXPECT_LT(apart, 0.05);
 }
 
-TEST_F(TrainerTest, Bf16AllReduceOnGpuReplicasIsRefusedBeforeAnythingRuns) {
-  TrainConfig c = base_config(dir_);
-  c.distribute.allreduce_dtype = "bf16";
-  TrainerSetup setup;
-  setup.config = c;
-  setup.plan.devices = {Device::cuda(0)};
-  setup.plan.global_batch_size = setup.plan.per_replica_batch_size = 8;
-  setup.make_model = [&] { return models::create_model(c.model); };
-  setup.train_sources.push_back(std::make_unique<SliceSource>(data_, 0, 1, 8));
-  try {
-    Trainer trainer(std::move(setup));
-    FAIL() << "bf16 all-reduce between GPU replicas was accepted";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-    EXPECT_NE(std::string(e.what()).find("allreduce_dtype: bf16 runs between CPU replicas only"), std::string::npos)
-        << e.what();
-  }
-}
-
 TEST_F(TrainerTest, Tf32OnTheCpuIsRefusedNamingWhatRunsThere) {
   TrainConfig c = base_config(dir_);
   c.precision = "tf32";

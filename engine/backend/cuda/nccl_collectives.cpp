@@ -111,15 +111,18 @@ Stream& NcclCollectives::stream(int rank) {
   return *streams_[static_cast<size_t>(rank)];
 }
 
-void NcclCollectives::all_reduce(int rank, float* data, size_t count, bool average) {
+void NcclCollectives::all_reduce(int rank, void* data, size_t count, DType dtype, bool average) {
   std::shared_lock lock(lifetime_);
   check_rank(rank);
+  TANDEM_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, ErrorCode::kInvalidArgument,
+               "NCCL all_reduce on rank {}: element type {} (f32 or bf16 only)", rank, dtype_name(dtype));
   auto r = static_cast<size_t>(rank);
   DeviceGuard guard(devices_[r]);
+  const ncclDataType_t type = dtype == DType::kBF16 ? ncclBfloat16 : ncclFloat32;
   grouped([&] {
-    TANDEM_NCCL_CHECK(ncclAllReduce(data, data, count, ncclFloat32, average ? ncclAvg : ncclSum, comms_[r],
+    TANDEM_NCCL_CHECK(ncclAllReduce(data, data, count, type, average ? ncclAvg : ncclSum, comms_[r],
                                     streams_[r]->get()),
-                      "rank {} (cuda:{}), {} floats at {}, {}", rank, devices_[r], count, static_cast<void*>(data),
+                      "rank {} (cuda:{}), {} x {} at {}, {}", rank, devices_[r], count, dtype_name(dtype), data,
                       average ? "avg" : "sum");
   });
 }

@@ -42,7 +42,7 @@ class NcclCollectives final : public backend::DeviceCollectives {
   int first_rank() const override { return first_rank_; }
   int device(int rank) const override;
   Stream& stream(int rank) override;
-  void all_reduce(int rank, float* data, size_t count, bool average) override;
+  void all_reduce(int rank, void* data, size_t count, DType dtype, bool average) override;
   void broadcast(int rank, void* data, size_t bytes, int root) override;
   void all_gather(int rank, const void* in, void* out, size_t bytes_per_rank) override;
   std::string async_error(int rank) override;
