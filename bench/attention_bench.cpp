@@ -36,12 +36,13 @@ struct Options {
   int64_t batch = 1, heads = 12, seq_len = 1024, head_dim = 64;
   int reps = 3, warmup = 1, threads = 0;
   bool causal = true;
+  bool bf16 = false;  // precision: bf16 (cpu_attention_bf16.cpp)
 };
 
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
                "attention_bench: %s\nusage: attention_bench [--seq-len T] [--batch B] [--heads H] [--head-dim D] "
-               "[--reps N] [--warmup N] [--threads N] [--causal 0|1]\n",
+               "[--reps N] [--warmup N] [--threads N] [--causal 0|1] [--precision fp32|bf16]\n",
                why);
   std::exit(2);
 }
@@ -50,6 +51,12 @@ Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     std::string_view a = argv[i];
+    if (a == "--precision" && i + 1 < argc) {
+      const std::string_view p = argv[++i];
+      if (p != "fp32" && p != "bf16") usage("--precision is fp32 or bf16");
+      o.bf16 = p == "bf16";
+      continue;
+    }
     if (i + 1 >= argc) usage("every option takes a value");
     const long v = std::strtol(argv[++i], nullptr, 10);
     if (v < 0 || (v == 0 && a != "--threads" && a != "--causal" && a != "--warmup")) usage("values are positive");
@@ -87,7 +94,8 @@ Tensor normal(const Shape& shape, tandem::Generator& g) {
 }
 
 int run(const Options& o) {
-  ExecutionContext ctx(Device::cpu(), o.threads);
+  ExecutionContext ctx(Device::cpu(), o.threads, 1,
+                       tandem::KernelOptions{.precision = o.bf16 ? tandem::Precision::kBf16 : tandem::Precision::kF32});
   tandem::Generator g(1);
   const Shape shape{o.batch, o.heads, o.seq_len, o.head_dim};
   Variable q(normal(shape, g), true), k(normal(shape, g), true), v(normal(shape, g), true);
@@ -108,10 +116,10 @@ int run(const Options& o) {
   std::sort(ms.begin(), ms.end());
   const auto stats = tandem::allocator_for(Device::cpu()).stats();
   std::printf("{\"engine\": \"tandem\", \"seq_len\": %lld, \"batch\": %lld, \"heads\": %lld, \"head_dim\": %lld, "
-              "\"causal\": %s, \"threads\": %d, \"ms_p50\": %.2f, \"ms_min\": %.2f, \"peak_extra_bytes\": %lld, "
+              "\"causal\": %s, \"precision\": \"%s\", \"threads\": %d, \"ms_p50\": %.2f, \"ms_min\": %.2f, \"peak_extra_bytes\": %lld, "
               "\"allocator_peak_bytes\": %lld}\n",
               static_cast<long long>(o.seq_len), static_cast<long long>(o.batch), static_cast<long long>(o.heads),
-              static_cast<long long>(o.head_dim), o.causal ? "true" : "false", ctx.num_threads(), ms[ms.size() / 2],
+              static_cast<long long>(o.head_dim), o.causal ? "true" : "false", o.bf16 ? "bf16" : "fp32", ctx.num_threads(), ms[ms.size() / 2],
               ms.front(), static_cast<long long>(peak_resident_bytes() - baseline),
               static_cast<long long>(stats.peak_bytes_in_use));
   return 0;

@@ -39,6 +39,8 @@ def main():
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--threads", type=int, default=0, help="0: every core this process may use")
     p.add_argument("--causal", type=int, default=1)
+    p.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                   help="bf16: under torch.cpu.amp.autocast(dtype=torch.bfloat16), as a bf16 model runs it")
     a = p.parse_args()
     # torch's default here is omp_get_max_threads(), which reads 1 on our machines: ask for the cores.
     torch.set_num_threads(a.threads or len(os.sched_getaffinity(0)))
@@ -52,14 +54,17 @@ def main():
         for x in (q, k, v):
             x.grad = None
         start = time.perf_counter()
-        eager_attention(q, k, v, bool(a.causal)).backward(dy)
+        with torch.cpu.amp.autocast(enabled=a.precision == "bf16", dtype=torch.bfloat16):
+            y = eager_attention(q, k, v, bool(a.causal))
+        y.float().backward(dy)
         q.grad.sum().item()
         if i >= a.warmup:
             times.append((time.perf_counter() - start) * 1e3)
     times.sort()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     print(json.dumps({"engine": "pytorch", "seq_len": a.seq_len, "batch": a.batch, "heads": a.heads,
-                      "head_dim": a.head_dim, "causal": bool(a.causal), "threads": torch.get_num_threads(),
+                      "head_dim": a.head_dim, "causal": bool(a.causal), "precision": a.precision,
+                      "threads": torch.get_num_threads(),
                       "ms_p50": round(times[len(times) // 2], 2), "ms_min": round(times[0], 2),
                       "peak_extra_bytes": peak - baseline, "torch": torch.__version__}))
 

@@ -3,7 +3,8 @@
 # against PyTorch's eager attention (bench/pytorch_attention.py), at each sequence length, one process
 # per engine and length so each peak is its own, alternating who goes first round by round. Prints
 # time and the memory beyond the inputs for each, and the ratios. Builds nothing: build attention_bench
-# first (docs/PERFORMANCE.md gives the commands).
+# first (docs/PERFORMANCE.md gives the commands). --precision bf16: ours in bf16 (cpu_attention_bf16.cpp)
+# beside PyTorch under torch.cpu.amp.autocast(dtype=torch.bfloat16).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -15,9 +16,9 @@ while [[ $# -gt 0 ]]; do
   case $1 in
     --lengths) lengths=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
-    --batch|--heads|--head-dim|--reps|--warmup|--threads|--causal) extra+=("$1" "$2"); shift 2 ;;
+    --batch|--heads|--head-dim|--reps|--warmup|--threads|--causal|--precision) extra+=("$1" "$2"); shift 2 ;;
     *) echo "usage: $0 [--lengths \"256 512 ...\"] [--rounds N] [--batch B] [--heads H] [--head-dim D]" \
-            "[--reps N] [--warmup N] [--threads N] [--causal 0|1]" >&2; exit 2 ;;
+            "[--reps N] [--warmup N] [--threads N] [--causal 0|1] [--precision fp32|bf16]" >&2; exit 2 ;;
   esac
 done
 if [[ ! -x $bin ]]; then
@@ -51,7 +52,8 @@ echo "raw results: $results"
 import json, statistics, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
 first = rows[0]
-print(f"\nB={first['batch']} H={first['heads']} D={first['head_dim']} causal={first['causal']}, "
+print(f"\nB={first['batch']} H={first['heads']} D={first['head_dim']} causal={first['causal']} "
+      f"{first.get('precision', 'fp32')}, "
       f"{first['threads']} threads; times are medians over rounds of each round's median")
 print("| T | ours ms | PyTorch eager ms | time ours / PyTorch | ours extra MiB | PyTorch extra MiB "
       "| memory ours / PyTorch | ours allocator peak MiB |")

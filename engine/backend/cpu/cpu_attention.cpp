@@ -3,28 +3,26 @@
 // output rescaled as the max grows). The backward recomputes each tile's probabilities from the
 // saved log-sum-exp, so no Tq x Tk tensor is ever kept: the memory beyond q, k, v, y and their
 // gradients is lse (B, H, Tq) and a few tiles per thread. Tile products are oneDNN's sgemm (one
-// thread each: the tiles are the parallel work), exponentials a vectorised polynomial.
+// thread each: the tiles are the parallel work), exponentials a vectorised polynomial. Under
+// precision: bf16 the products run in bf16 instead (cpu_attention_bf16.cpp).
 #include <dnnl.h>
+#include <immintrin.h>
 
 #include <algorithm>
 #include <atomic>
 #include <bit>
 #include <cmath>
-#include <limits>
 #include <vector>
 
-#include "engine/backend/attention_math.h"
-#include "engine/backend/cpu/cpu_kernels.h"
+#include "engine/backend/cpu/cpu_attention_parts.h"
 #include "engine/backend/cpu/dnnl_util.h"
 #include "engine/core/error.h"
 
 namespace tandem::backend::cpu {
+namespace attention {
 namespace {
 
 namespace am = attention_math;
-
-constexpr int64_t kBlockQ = 64, kBlockK = 256;
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // exp(x) for x <= 0 (arguments are logits minus a running max), within about 2 ulp: x = n ln2 + r,
 // |r| <= ln2 / 2, exp(r) by its degree-6 Taylor polynomial, 2^n through the exponent bits. Below
@@ -58,30 +56,54 @@ inline float exp_nonpositive(float x) {
 [[gnu::target("avx512f")]] float exp_row_avx512(float* s, int64_t n, float m) { return exp_row_body(s, n, m); }
 [[gnu::target("avx2")]] float exp_row_avx2(float* s, int64_t n, float m) { return exp_row_body(s, n, m); }
 
+// Vector maxima by hand: GCC leaves a max reduction scalar without -ffast-math (even under omp
+// simd), a chain of dependent vmaxss that cost the bf16 kernel a tenth of a GPT step.
+float row_max_scalar(const float* s, int64_t n) {
+  float m = kNegInf;
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, s[i]);
+  return m;
+}
+// The maskz forms: the plain _mm512_max_ps trips -Wmaybe-uninitialized (GCC bug 105593).
+[[gnu::target("avx512f")]] float row_max_avx512(const float* s, int64_t n) {
+  constexpr __mmask16 kAll = 0xffff;
+  __m512 m = _mm512_set1_ps(kNegInf);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) m = _mm512_maskz_max_ps(kAll, m, _mm512_loadu_ps(s + i));
+  const auto tail = static_cast<__mmask16>((1u << (n - i)) - 1u);
+  m = _mm512_maskz_max_ps(kAll, m, _mm512_mask_loadu_ps(_mm512_set1_ps(kNegInf), tail, s + i));
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, m);
+  return row_max_scalar(lanes, 16);
+}
+[[gnu::target("avx2")]] float row_max_avx2(const float* s, int64_t n) {
+  __m256 m = _mm256_set1_ps(kNegInf);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) m = _mm256_max_ps(m, _mm256_loadu_ps(s + i));
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, m);
+  return std::max(row_max_scalar(lanes, 8), row_max_scalar(s + i, n - i));
+}
+
+int simd_level() {
+  static const int level = __builtin_cpu_supports("avx512f") ? 2 : __builtin_cpu_supports("avx2") ? 1 : 0;
+  return level;
+}
+
+}  // namespace
+
 // Chosen by a flag read once, not by target_clones: an ifunc resolver runs while the program is
 // loaded, before ThreadSanitizer's runtime starts, and crashed every TSan build at start.
 float exp_row(float* s, int64_t n, float m) {
-  static const int level = __builtin_cpu_supports("avx512f") ? 2 : __builtin_cpu_supports("avx2") ? 1 : 0;
-  if (level == 2) return exp_row_avx512(s, n, m);
-  if (level == 1) return exp_row_avx2(s, n, m);
+  if (simd_level() == 2) return exp_row_avx512(s, n, m);
+  if (simd_level() == 1) return exp_row_avx2(s, n, m);
   return exp_row_body(s, n, m);
 }
 
-// The layout of one call: (B * H) heads of tq queries and tk keys.
-struct Problem {
-  int64_t heads, h, tq, tk, d, dv;
-  const float *q, *k, *v, *mask;
-  int64_t mask_b_stride, mask_h_stride;  // 0 where the mask broadcasts over batch or heads
-  AttentionParams p;
-
-  const float* mask_row(int64_t bh, int64_t i) const {
-    return mask + (bh / h) * mask_b_stride + (bh % h) * mask_h_stride + i * tk;
-  }
-  // Keys [0, key_end) can be visible to queries [i0, i1).
-  int64_t key_end(int64_t i1) const {
-    return p.causal ? std::clamp<int64_t>(am::last_visible_key(i1 - 1, tq, tk) + 1, 0, tk) : tk;
-  }
-};
+float row_max(const float* s, int64_t n) {
+  if (simd_level() == 2) return row_max_avx512(s, n);
+  if (simd_level() == 1) return row_max_avx2(s, n);
+  return row_max_scalar(s, n);
+}
 
 Problem problem_of(const AttentionParams& p, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask) {
   Problem pr{q.dim(0) * q.dim(1), q.dim(1), q.dim(2), k.dim(2), q.dim(3), v.dim(3),
@@ -93,6 +115,44 @@ Problem problem_of(const AttentionParams& p, const Tensor& q, const Tensor& k, c
   }
   return pr;
 }
+
+void mask_scores(const Problem& pr, int64_t bh, int64_t i0, int64_t nq, int64_t j0, int64_t nk, float* s) {
+  for (int64_t r = 0; r < nq; ++r) {
+    float* row = s + r * nk;
+    if (pr.mask != nullptr) {
+      const float* m = pr.mask_row(bh, i0 + r) + j0;
+      for (int64_t c = 0; c < nk; ++c) row[c] += m[c];
+    }
+    if (pr.p.causal) {
+      const int64_t first_hidden = am::last_visible_key(i0 + r, pr.tq, pr.tk) + 1 - j0;
+      for (int64_t c = std::max<int64_t>(first_hidden, 0); c < nk; ++c) row[c] = kNegInf;
+    }
+  }
+}
+
+void drop(const Problem& pr, int64_t bh, int64_t i0, int64_t nq, int64_t j0, int64_t nk, float* p) {
+  if (pr.p.dropout_p <= 0.0f) return;
+  const float keep_scale = pr.p.dropout_p < 1.0f ? 1.0f / (1.0f - pr.p.dropout_p) : 0.0f;
+  for (int64_t r = 0; r < nq; ++r) {
+    for (int64_t c = 0; c < nk; ++c) {
+      const bool kept = am::kept(pr.p.dropout_seed, pr.p.dropout_p, bh, i0 + r, j0 + c, pr.tq, pr.tk);
+      p[r * nk + c] = kept ? p[r * nk + c] * keep_scale : 0.0f;
+    }
+  }
+}
+
+void row_dots(const Problem& pr, const float* y, const float* dy, float* delta) {
+#pragma omp parallel for schedule(static)
+  for (int64_t row = 0; row < pr.heads * pr.tq; ++row) {
+    double acc = 0.0;
+    for (int64_t c = 0; c < pr.dv; ++c) acc += static_cast<double>(y[row * pr.dv + c]) * dy[row * pr.dv + c];
+    delta[row] = static_cast<float>(acc);
+  }
+}
+
+namespace {
+
+constexpr int64_t kBlockQ = 64, kBlockK = 256;
 
 // Records the first failing sgemm of a parallel region; the region cannot throw.
 struct GemmStatus {
@@ -111,29 +171,7 @@ struct GemmStatus {
 void scores(const Problem& pr, GemmStatus& st, int64_t bh, int64_t i0, int64_t nq, int64_t j0, int64_t nk, float* s) {
   st.gemm('N', 'T', nq, nk, pr.d, pr.p.scale, pr.q + (bh * pr.tq + i0) * pr.d, pr.d, pr.k + (bh * pr.tk + j0) * pr.d,
           pr.d, 0.0f, s, nk);
-  for (int64_t r = 0; r < nq; ++r) {
-    float* row = s + r * nk;
-    if (pr.mask != nullptr) {
-      const float* m = pr.mask_row(bh, i0 + r) + j0;
-      for (int64_t c = 0; c < nk; ++c) row[c] += m[c];
-    }
-    if (pr.p.causal) {
-      const int64_t first_hidden = am::last_visible_key(i0 + r, pr.tq, pr.tk) + 1 - j0;
-      for (int64_t c = std::max<int64_t>(first_hidden, 0); c < nk; ++c) row[c] = kNegInf;
-    }
-  }
-}
-
-// Dropout on probabilities p of queries [i0, ...) and keys [j0, ...): kept ones scaled by 1 / (1 - p).
-void drop(const Problem& pr, int64_t bh, int64_t i0, int64_t nq, int64_t j0, int64_t nk, float* p) {
-  if (pr.p.dropout_p <= 0.0f) return;
-  const float keep_scale = pr.p.dropout_p < 1.0f ? 1.0f / (1.0f - pr.p.dropout_p) : 0.0f;
-  for (int64_t r = 0; r < nq; ++r) {
-    for (int64_t c = 0; c < nk; ++c) {
-      const bool kept = am::kept(pr.p.dropout_seed, pr.p.dropout_p, bh, i0 + r, j0 + c, pr.tq, pr.tk);
-      p[r * nk + c] = kept ? p[r * nk + c] * keep_scale : 0.0f;
-    }
-  }
+  mask_scores(pr, bh, i0, nq, j0, nk, s);
 }
 
 std::vector<float>& tile(int which) {
@@ -157,7 +195,7 @@ void forward_block(const Problem& pr, GemmStatus& st, int64_t bh, int64_t i0, fl
     scores(pr, st, bh, i0, nq, j0, nk, s);
     for (int64_t r = 0; r < nq; ++r) {
       float* row = s + r * nk;
-      const float tile_max = *std::max_element(row, row + nk);
+      const float tile_max = row_max(row, nk);
       const float m_new = std::max(m[r], tile_max);
       if (m_new == kNegInf) {  // nothing visible yet: this tile adds nothing to the row
         std::fill_n(row, nk, 0.0f);
@@ -228,13 +266,17 @@ void backward_block(const Problem& pr, GemmStatus& st, const Grads& g, int64_t b
 }
 
 }  // namespace
+}  // namespace attention
+
+using namespace attention;
 
 void attention_forward(Ctx& ctx, const AttentionParams& p, const Tensor& q, const Tensor& k, const Tensor& v,
                        const Tensor& mask, Tensor& y, Tensor& lse) {
   apply_thread_budget(ctx);
   const Problem pr = problem_of(p, q, k, v, mask);
-  const int64_t blocks = (pr.tq + kBlockQ - 1) / kBlockQ;
   float *py = y.data<float>(), *plse = lse.data<float>();
+  if (runs_in_bf16(ctx, pr)) return forward_bf16(ctx, pr, py, plse);
+  const int64_t blocks = (pr.tq + kBlockQ - 1) / kBlockQ;
   GemmStatus st;
 #pragma omp parallel for schedule(dynamic)
   for (int64_t w = 0; w < pr.heads * blocks; ++w) forward_block(pr, st, w / blocks, (w % blocks) * kBlockQ, py, plse);
@@ -246,14 +288,12 @@ void attention_backward(Ctx& ctx, const AttentionParams& p, const Tensor& q, con
                         Tensor& dk, Tensor& dv) {
   apply_thread_budget(ctx);
   const Problem pr = problem_of(p, q, k, v, mask);
-  std::vector<float> delta(static_cast<size_t>(pr.heads * pr.tq));
   const float *py = y.data<float>(), *pdy = dy.data<float>();
-#pragma omp parallel for schedule(static)
-  for (int64_t row = 0; row < pr.heads * pr.tq; ++row) {
-    double acc = 0.0;
-    for (int64_t c = 0; c < pr.dv; ++c) acc += static_cast<double>(py[row * pr.dv + c]) * pdy[row * pr.dv + c];
-    delta[static_cast<size_t>(row)] = static_cast<float>(acc);
+  if (runs_in_bf16(ctx, pr)) {
+    return backward_bf16(ctx, pr, py, pdy, lse.data<float>(), dq.data<float>(), dk.data<float>(), dv.data<float>());
   }
+  std::vector<float> delta(static_cast<size_t>(pr.heads * pr.tq));
+  row_dots(pr, py, pdy, delta.data());
   const Grads g{py, pdy, lse.data<float>(), delta.data(), dq.data<float>(), dk.data<float>(), dv.data<float>()};
   std::fill_n(g.dq, dq.numel(), 0.0f);
   std::fill_n(g.dk, dk.numel(), 0.0f);

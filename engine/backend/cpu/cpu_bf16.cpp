@@ -64,6 +64,14 @@ void round_to_bf16(Ctx& ctx, const float* in, uint16_t* out, int64_t n) {
   }
 }
 
+void round_to_bf16_serial(const float* in, uint16_t* out, int64_t n) {
+  if (cpu_has_avx512_bf16()) {
+    round_avx512_bf16(in, out, n);
+  } else {
+    round_portable(in, out, n);
+  }
+}
+
 Tensor bf16_copy(Ctx& ctx, const Tensor& t) {
   Tensor copy = Tensor::empty(t.shape(), DType::kBF16, ctx.device(), t.format());
   round_to_bf16(ctx, t.data<float>(), static_cast<uint16_t*>(copy.raw_data()), t.numel());

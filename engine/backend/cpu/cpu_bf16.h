@@ -19,6 +19,8 @@ Tensor bf16_of(Ctx& ctx, const Tensor& t);
 Tensor f32_of(Ctx& ctx, const Tensor& t);
 // out[i] = in[i] rounded to the nearest bf16 (ties to even); NaN stays NaN.
 void round_to_bf16(Ctx& ctx, const float* in, uint16_t* out, int64_t n);
+// The same on the calling thread alone (inside a parallel region).
+void round_to_bf16_serial(const float* in, uint16_t* out, int64_t n);
 
 // md with its element type changed to bf16 (same dimensions, same strides or blocking).
 memory::desc as_bf16(const memory::desc& md);
