@@ -49,14 +49,17 @@ Variable matmul(ExecutionContext& ctx, const Variable& a, const Variable& b) {
 
 namespace {
 
+// Under bf16 autocast (where the device takes bf16 operands) x and dy are rounded once for the
+// layer's passes, as a convolution's are; x's bf16 copy is what the weight gradient keeps.
 Variable linear_2d(ExecutionContext& ctx, const Variable& x, const Variable& w, const Variable& b) {
   Tensor bias = b.defined() ? b.value() : Tensor();
-  Tensor y = backend::linear_forward(ctx, x.value(), w.value(), bias);
+  Tensor xv = backend::bf16_operand(ctx, x.value()), wv = w.value();
+  Tensor y = backend::linear_forward(ctx, xv, wv, bias);
   std::vector<Variable> inputs{x, w};
   if (b.defined()) inputs.push_back(b);
-  Tensor xv = x.value(), wv = w.value();
   bool need_dx = x.requires_grad(), with_bias = b.defined();
-  return make_op("linear", std::move(y), std::move(inputs), [&ctx, xv, wv, need_dx, with_bias](const Tensor& dy) {
+  return make_op("linear", std::move(y), std::move(inputs), [&ctx, xv, wv, need_dx, with_bias](const Tensor& dy_f32) {
+    const Tensor dy = backend::bf16_operand(ctx, dy_f32);
     std::vector<Tensor> grads;
     grads.push_back(need_dx ? backend::linear_backward_data(ctx, dy, wv) : Tensor());
     backend::LinearWeightGrads g = backend::linear_backward_weights(ctx, xv, dy, with_bias);

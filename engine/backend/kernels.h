@@ -86,7 +86,8 @@ struct KernelTable {
 
   // (M, K) a (or (K, M) when transpose_a), (K, N) b (or (N, K)) -> (M, N) c = a' b'
   void (*matmul)(Ctx&, const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b, Tensor& c) = nullptr;
-  // (N, in) x, (out, in) w, (out) b or undefined -> (N, out) y = x w^T + b
+  // (N, in) x, (out, in) w, (out) b or undefined -> (N, out) y = x w^T + b. With to_bf16, x (forward,
+  // backward weights) and dy (both backwards) may be bf16, as the convolutions' (ops.h: bf16_operand).
   void (*linear_forward)(Ctx&, const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) = nullptr;
   // dx = dy w
   void (*linear_backward_data)(Ctx&, const Tensor& dy, const Tensor& w, Tensor& dx) = nullptr;

@@ -20,13 +20,6 @@ void check_bn_params(std::string_view op, const Ctx& ctx, const Tensor& x, const
   check_vector(op, "gamma", gamma, ctx, x.dim(1), "channels", "x", x.shape());
 }
 
-// f32, or bf16 where the context computes in bf16 and the device takes bf16 operands.
-DType operand_dtype(const Ctx& ctx, const Tensor& t) {
-  const bool bf16 = t.defined() && t.dtype() == DType::kBF16 && ctx.options().precision == Precision::kBf16 &&
-                    table(ctx).to_bf16 != nullptr;
-  return bf16 ? DType::kBF16 : DType::kF32;
-}
-
 // Whether the context computes in bf16 on a device that keeps activations in bf16 between ops.
 bool keeps_bf16(const Ctx& ctx) {
   return ctx.options().precision == Precision::kBf16 && table(ctx).from_bf16 != nullptr &&

@@ -16,7 +16,8 @@ Shape conv2d_output_shape(const Conv2dParams& p, const Shape& x, const Shape& w)
 Shape pool2d_output_shape(const Pool2dParams& p, const Shape& x);
 
 // Under precision: bf16, where the device takes bf16 operands (KernelTable::to_bf16): x's bf16 copy,
-// which the convolutions take as x and dy, so that their three passes round each operand once.
+// which the convolutions and linear layers take as x and dy, so that their three passes round each
+// operand once.
 // Otherwise x itself (the device rounds inside each product).
 Tensor bf16_operand(Ctx&, const Tensor& x);
 // In any precision, into tensors of x's shape, format and device: y (bf16) = x (f32) rounded to

@@ -34,7 +34,7 @@ Tensor matmul(Ctx& ctx, const Tensor& a, const Tensor& b, bool transpose_a, bool
 
 Tensor linear_forward(Ctx& ctx, const Tensor& x, const Tensor& w, const Tensor& b) {
   constexpr std::string_view op = "linear_forward";
-  check_tensor(op, "x", x, ctx, DType::kF32, 2, "(N, in)");
+  check_tensor(op, "x", x, ctx, operand_dtype(ctx, x), 2, "(N, in)");
   check_tensor(op, "w", w, ctx, DType::kF32, 2, "(out, in)");
   TANDEM_CHECK(w.dim(1) == x.dim(1), ErrorCode::kInvalidArgument,
                "{}: w has shape {} but x has {} features ({}); w must be (out, {})", op, w.shape().str(), x.dim(1),
@@ -48,7 +48,7 @@ Tensor linear_forward(Ctx& ctx, const Tensor& x, const Tensor& w, const Tensor& 
 
 Tensor linear_backward_data(Ctx& ctx, const Tensor& dy, const Tensor& w) {
   constexpr std::string_view op = "linear_backward_data";
-  check_tensor(op, "dy", dy, ctx, DType::kF32, 2, "(N, out)");
+  check_tensor(op, "dy", dy, ctx, operand_dtype(ctx, dy), 2, "(N, out)");
   check_tensor(op, "w", w, ctx, DType::kF32, 2, "(out, in)");
   TANDEM_CHECK(w.dim(0) == dy.dim(1), ErrorCode::kInvalidArgument,
                "{}: w has shape {} but dy has {} outputs ({}); w must be ({}, in)", op, w.shape().str(), dy.dim(1),
@@ -61,8 +61,8 @@ Tensor linear_backward_data(Ctx& ctx, const Tensor& dy, const Tensor& w) {
 
 LinearWeightGrads linear_backward_weights(Ctx& ctx, const Tensor& x, const Tensor& dy, bool with_bias) {
   constexpr std::string_view op = "linear_backward_weights";
-  check_tensor(op, "x", x, ctx, DType::kF32, 2, "(N, in)");
-  check_tensor(op, "dy", dy, ctx, DType::kF32, 2, "(N, out)");
+  check_tensor(op, "x", x, ctx, operand_dtype(ctx, x), 2, "(N, in)");
+  check_tensor(op, "dy", dy, ctx, operand_dtype(ctx, dy), 2, "(N, out)");
   TANDEM_CHECK(x.dim(0) == dy.dim(0), ErrorCode::kInvalidArgument,
                "{}: dy has shape {} but x has shape {}; their batch sizes (first dimension) must agree", op,
                dy.shape().str(), x.shape().str());

@@ -101,6 +101,12 @@ Shape pool_output_shape(std::string_view op, const Pool2dParams& p, const Shape&
 
 const KernelTable& table(const Ctx& ctx) { return kernels_for(ctx.device().type); }
 
+DType operand_dtype(const Ctx& ctx, const Tensor& t) {
+  const bool bf16 = t.defined() && t.dtype() == DType::kBF16 && ctx.options().precision == Precision::kBf16 &&
+                    table(ctx).to_bf16 != nullptr;
+  return bf16 ? DType::kBF16 : DType::kF32;
+}
+
 void throw_unimplemented(std::string_view op, const Ctx& ctx) {
   throw_error(ErrorCode::kUnimplemented, "{} is not implemented on {}: its backend does not provide this kernel",
               op, ctx.device().str());

@@ -38,6 +38,9 @@ inline Tensor like(const Ctx& ctx, const Shape& shape, MemoryFormat format, DTyp
 
 // The table of ctx's device.
 const KernelTable& table(const Ctx& ctx);
+// What an operand of a product (a convolution's or a linear layer's x and dy) may be: f32, or bf16
+// where t is bf16 and the context computes in bf16 on a device that takes bf16 operands.
+DType operand_dtype(const Ctx& ctx, const Tensor& t);
 [[noreturn]] void throw_unimplemented(std::string_view op, const Ctx& ctx);
 
 // The kernel entry, or Unimplemented naming the op and the device when the device lacks it.

@@ -129,6 +129,23 @@ TEST(CudaBf16Activations, ConvolutionsTakeBf16OperandsAsTheirOwnRounding) {
   }
 }
 
+// The same for a linear layer (cuBLASLt reads a bf16 operand in place); its bias gradient sums the
+// bf16 dy, which is the sum of the widened dy.
+TEST(CudaBf16Activations, LinearLayersTakeBf16OperandsAsTheirOwnRounding) {
+  TANDEM_REQUIRE_GPU();
+  Contexts ctx;
+  const Tensor x = gpu(random_tensor({37, 24}, 7)), w = gpu(random_tensor({40, 24}, 8)), b = gpu(random_tensor({40}, 9));
+  const Tensor x16 = bf16_operand(ctx.gpu, x);
+  EXPECT_TRUE(bitwise_equal(linear_forward(ctx.gpu, x16, w, b), linear_forward(ctx.gpu, x, w, b)));
+  const Tensor dy16 = bf16_operand(ctx.gpu, gpu(random_tensor({37, 40}, 10)));
+  const Tensor dy = gpu(Tensor::from_vector(values(dy16), dy16.shape()));  // its f32 values
+  EXPECT_TRUE(bitwise_equal(linear_backward_data(ctx.gpu, dy16, w), linear_backward_data(ctx.gpu, dy, w)));
+  const LinearWeightGrads from16 = linear_backward_weights(ctx.gpu, x16, dy16, true);
+  const LinearWeightGrads from32 = linear_backward_weights(ctx.gpu, x, dy, true);
+  EXPECT_TRUE(bitwise_equal(from16.dw, from32.dw));
+  EXPECT_TRUE(bitwise_equal(from16.db, from32.db));
+}
+
 struct BnCase {
   Shape x;
   MemoryFormat format;

@@ -9,8 +9,10 @@
 // Bias (linear_forward): CUBLASLT_EPILOGUE_BIAS adds a vector along the rows of D, broadcast over
 // its columns; D's rows are our c's columns (the output features), so the (out) bias fits as is.
 // Bias gradient (linear_backward_weights): db = column sums of dy, by our own deterministic kernel
-// (cuda_matmul_kernels.cu) on the f32 dy in double, like the CPU backend, rather than the BGRADB
-// epilogue, which would reduce the bf16 copy of dy under bf16 autocast.
+// (cuda_matmul_kernels.cu) in double, like the CPU backend, rather than the BGRADB epilogue.
+//
+// Under bf16 a linear layer's x and dy may come in bf16 already (ops.h's bf16_operand, rounded once
+// for the layer's passes): cuBLASLt reads them in place, and the bias gradient sums the bf16 dy.
 //
 // Precision (KernelOptions::precision): fp32 -> CUBLAS_COMPUTE_32F (true fp32, never TF32);
 // tf32 -> CUBLAS_COMPUTE_32F_FAST_TF32 on the f32 tensors; bf16 -> a and b are converted into bf16
@@ -207,6 +209,8 @@ const LtPlan& plan_for(CudaContext& cc, const Gemm& g, const LtOperands& ops) {
   return *it->second;
 }
 
+bool is_bf16(const Tensor& t) { return t.dtype() == DType::kBF16; }
+
 // c = 0 (+ bias on every row): the product of an empty inner dimension, which cuBLASLt is not asked.
 void run_empty_inner(CudaContext& cc, const Gemm& g, float* c) {
   TANDEM_CUDA_CHECK(cudaMemsetAsync(c, 0, g.c->nbytes(), cc.stream()), "{}", g);
@@ -221,16 +225,21 @@ void run_gemm(Ctx& ctx, const Gemm& g) {
   if (g.m == 0 || g.n == 0) return;
   if (g.k == 0) return run_empty_inner(cc, g, c);
   const bool bf16 = g.precision == Precision::kBf16;
-  const size_t a_bytes = bf16 ? align_up(static_cast<size_t>(g.a->numel()) * 2) : 0;
-  const size_t b_bytes = bf16 ? align_up(static_cast<size_t>(g.b->numel()) * 2) : 0;
+  TANDEM_CHECK(bf16 || (!is_bf16(*g.a) && !is_bf16(*g.b)), ErrorCode::kInternal, "{}: a bf16 operand outside bf16",
+               g);
+  // A bf16 operand (a linear layer's bf16_operand) is read in place; an f32 one is rounded into scratch.
+  const size_t a_bytes = bf16 && !is_bf16(*g.a) ? align_up(static_cast<size_t>(g.a->numel()) * 2) : 0;
+  const size_t b_bytes = bf16 && !is_bf16(*g.b) ? align_up(static_cast<size_t>(g.b->numel()) * 2) : 0;
   char* base = static_cast<char*>(cc.workspace(kLtWorkspaceBytes + a_bytes + b_bytes));
-  LtOperands ops{g.b->data<float>(), g.a->data<float>(), c, g.bias->defined() ? g.bias->data<float>() : nullptr};
-  if (bf16) {
+  LtOperands ops{g.b->raw_data(), g.a->raw_data(), c, g.bias->defined() ? g.bias->data<float>() : nullptr};
+  if (b_bytes > 0) {
     void* b16 = base + kLtWorkspaceBytes;
-    void* a16 = base + kLtWorkspaceBytes + b_bytes;
     cast_f32_to_bf16(g.b->data<float>(), b16, g.b->numel(), cc.stream());
-    cast_f32_to_bf16(g.a->data<float>(), a16, g.a->numel(), cc.stream());
     ops.a = b16;
+  }
+  if (a_bytes > 0) {
+    void* a16 = base + kLtWorkspaceBytes + b_bytes;
+    cast_f32_to_bf16(g.a->data<float>(), a16, g.a->numel(), cc.stream());
     ops.b = a16;
   }
   const LtPlan& plan = plan_for(cc, g, ops);
@@ -269,8 +278,11 @@ void linear_backward_weights(Ctx& ctx, const Tensor& x, const Tensor& dy, Tensor
                  ctx.options().precision});
   if (!db.defined()) return;
   CudaContext& cc = tandem::cuda::cuda_context(ctx);
-  TANDEM_CUDA_CHECK(detail::launch_column_sums(dy.data<float>(), dy.dim(0), dy.dim(1), db.data<float>(), cc.stream()),
-                    "op=linear_backward_weights (bias gradient) dy=[{}, {}] db=[{}]", dy.dim(0), dy.dim(1), db.dim(0));
+  const cudaError_t launched =
+      is_bf16(dy) ? detail::launch_column_sums_bf16(dy.raw_data(), dy.dim(0), dy.dim(1), db.data<float>(), cc.stream())
+                  : detail::launch_column_sums(dy.data<float>(), dy.dim(0), dy.dim(1), db.data<float>(), cc.stream());
+  TANDEM_CUDA_CHECK(launched, "op=linear_backward_weights (bias gradient) dy=[{}, {}] {} db=[{}]", dy.dim(0),
+                    dy.dim(1), dtype_name(dy.dtype()), db.dim(0));
 }
 
 }  // namespace tandem::backend::cuda

@@ -1,4 +1,5 @@
 // The kernels of cuda_matmul_kernels.h.
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -15,15 +16,19 @@ constexpr int kColumnTile = 32;
 constexpr int kRowLanes = 16;
 constexpr int64_t kMaxBlocks = 65535;  // grid-stride loops cover the rest
 
+__device__ __forceinline__ double widen(float v) { return v; }
+__device__ __forceinline__ double widen(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T>
 __global__ void __launch_bounds__(kColumnTile* kRowLanes)
-    column_sums_kernel(const float* __restrict__ x, int64_t rows, int64_t cols, float* __restrict__ y) {
+    column_sums_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, float* __restrict__ y) {
   __shared__ double lanes[kRowLanes][kColumnTile];
   const int64_t tiles = (cols + kColumnTile - 1) / kColumnTile;
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const int64_t j = tile * kColumnTile + threadIdx.x;
     double acc = 0.0;
     if (j < cols) {
-      for (int64_t i = threadIdx.y; i < rows; i += kRowLanes) acc += static_cast<double>(x[i * cols + j]);
+      for (int64_t i = threadIdx.y; i < rows; i += kRowLanes) acc += widen(x[i * cols + j]);
     }
     lanes[threadIdx.y][threadIdx.x] = acc;
     __syncthreads();
@@ -45,14 +50,23 @@ __global__ void broadcast_rows_kernel(const float* __restrict__ b, int64_t rows,
   }
 }
 
-}  // namespace
-
-cudaError_t launch_column_sums(const float* x, int64_t rows, int64_t cols, float* y, cudaStream_t stream) {
+template <typename T>
+cudaError_t column_sums(const T* x, int64_t rows, int64_t cols, float* y, cudaStream_t stream) {
   if (cols <= 0) return cudaSuccess;
   const int64_t tiles = (cols + kColumnTile - 1) / kColumnTile;
   const dim3 block(kColumnTile, kRowLanes);
   column_sums_kernel<<<static_cast<unsigned>(std::min(tiles, kMaxBlocks)), block, 0, stream>>>(x, rows, cols, y);
   return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t launch_column_sums(const float* x, int64_t rows, int64_t cols, float* y, cudaStream_t stream) {
+  return column_sums(x, rows, cols, y, stream);
+}
+
+cudaError_t launch_column_sums_bf16(const void* x, int64_t rows, int64_t cols, float* y, cudaStream_t stream) {
+  return column_sums(static_cast<const __nv_bfloat16*>(x), rows, cols, y, stream);
 }
 
 cudaError_t launch_broadcast_rows(const float* b, int64_t rows, int64_t cols, float* y, cudaStream_t stream) {
