@@ -3,9 +3,9 @@
 // shift (beta) per column. The forward's mean and variance are what the backward reads.
 #include <bit>
 
+#include "engine/backend/cpu/cpu_column_sums.h"
 #include "engine/backend/cpu/cpu_kernels.h"
 #include "engine/backend/cpu/dnnl_util.h"
-#include "engine/backend/cpu/parallel.h"
 #include "engine/backend/cpu/plan_cache.h"
 
 namespace tandem::backend::cpu {
@@ -94,15 +94,7 @@ void layer_norm_backward(Ctx& ctx, float eps, const Tensor& x, const Tensor& dy,
   Tensor scratch = add_scratchpad(ctx, plan.backward_pd, args);
   execute("layer_normalization_backward::execute", {&x, &dy, &dx}, plan.backward, args);
   if (!shift) return;
-  // dbeta = column sums of dy, in double, threads split the columns (each column in row order).
-  const float* g = dy.data<float>();
-  float* db = dbeta.data<float>();
-#pragma omp parallel for schedule(static) if (rows * cols >= kParallelGrain)
-  for (int64_t j = 0; j < cols; ++j) {
-    double acc = 0.0;
-    for (int64_t r = 0; r < rows; ++r) acc += g[r * cols + j];
-    db[j] = static_cast<float>(acc);
-  }
+  column_sums(ctx, dy.data<float>(), rows, cols, dbeta.data<float>());  // dbeta, in double
 }
 
 }  // namespace tandem::backend::cpu

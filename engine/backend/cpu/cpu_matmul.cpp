@@ -1,10 +1,9 @@
 // Matrix products through oneDNN's matmul: the transposes are expressed as strides of the
 // memory descriptors, so no operand is ever copied (under precision: bf16, a and b are read from
 // bf16 copies in the same layout, and c stays f32). Linear layers are matmuls with a bias.
-#include <vector>
 
-#include "engine/backend/cpu/cpu_avx512_bf16.h"
 #include "engine/backend/cpu/cpu_bf16.h"
+#include "engine/backend/cpu/cpu_column_sums.h"
 #include "engine/backend/cpu/cpu_kernels.h"
 #include "engine/backend/cpu/dnnl_util.h"
 #include "engine/backend/cpu/plan_cache.h"
@@ -127,22 +126,12 @@ void linear_backward_data(Ctx& ctx, const Tensor& dy, const Tensor& w, Tensor& d
 void linear_backward_weights(Ctx& ctx, const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& db) {
   run_matmul(ctx, dy, x, true, false, Tensor(), dw);  // (out, N) (N, in)
   if (!db.defined()) return;
-  // Column sums of dy (f32, or a bf16 operand: a convolution's as a matmul), row by row so the inner
-  // loop runs along memory; double keeps long batches exact.
-  int64_t rows = dy.dim(0), cols = dy.dim(1);
-  float* out = db.data<float>();
-  std::vector<double> acc(static_cast<size_t>(cols), 0.0);
-  auto add_rows = [&](const auto* g) {
-    for (int64_t i = 0; i < rows; ++i) {
-      for (int64_t j = 0; j < cols; ++j) acc[static_cast<size_t>(j)] += load1(g + i * cols + j);
-    }
-  };
+  // Column sums of dy (f32, or a bf16 operand: a linear layer's or a convolution's as a matmul).
   if (dy.dtype() == DType::kBF16) {
-    add_rows(static_cast<const uint16_t*>(dy.raw_data()));
+    column_sums(ctx, static_cast<const uint16_t*>(dy.raw_data()), dy.dim(0), dy.dim(1), db.data<float>());
   } else {
-    add_rows(dy.data<float>());
+    column_sums(ctx, dy.data<float>(), dy.dim(0), dy.dim(1), db.data<float>());
   }
-  for (int64_t j = 0; j < cols; ++j) out[j] = static_cast<float>(acc[static_cast<size_t>(j)]);
 }
 
 }  // namespace tandem::backend::cpu
