@@ -27,6 +27,7 @@ class GptMlp : public nn::Module {
   explicit GptMlp(const GptConfig& c) {
     c_fc_ = register_module("c_fc", std::make_shared<nn::Linear>(c.n_embd, 4 * c.n_embd, c.bias));
     gelu_ = register_module("gelu", std::make_shared<nn::GELU>());
+    gelu_->keep_bf16_activations(true);  // it feeds c_proj alone (docs/PRECISION.md)
     c_proj_ = register_module("c_proj", std::make_shared<nn::Linear>(4 * c.n_embd, c.n_embd, c.bias));
     dropout_ = register_module("dropout", std::make_shared<nn::Dropout>(c.dropout));
   }
@@ -91,6 +92,9 @@ GptBlock::GptBlock(const GptConfig& c) {
   attn_ = register_module("attn", std::make_shared<CausalSelfAttention>(c));
   ln_2_ = register_module("ln_2", std::make_shared<nn::LayerNorm>(c.n_embd, 1e-5f, true, c.bias));
   mlp_ = register_module("mlp", std::make_shared<GptMlp>(c));
+  // Each norm feeds one linear layer alone (c_attn, c_fc): bf16 under precision: bf16.
+  ln_1_->keep_bf16_activations(true);
+  ln_2_->keep_bf16_activations(true);
 }
 
 Variable GptBlock::forward(ExecutionContext& ctx, const Variable& x) { return forward(ctx, x, nullptr, nullptr); }
@@ -115,6 +119,7 @@ Gpt::Gpt(const GptConfig& c) : config_(c) {
   auto h = transformer->add("h", std::make_shared<Container>());
   for (int64_t i = 0; i < c.n_layer; ++i) blocks_.push_back(h->add(std::to_string(i), std::make_shared<GptBlock>(c)));
   ln_f_ = transformer->add("ln_f", std::make_shared<nn::LayerNorm>(c.n_embd, 1e-5f, true, c.bias));
+  ln_f_->keep_bf16_activations(true);  // it feeds lm_head alone
   lm_head_ = register_module("lm_head", std::make_shared<nn::Linear>(c.n_embd, c.vocab_size, false));
   // nanoGPT: self.transformer.wte.weight = self.lm_head.weight (one tensor, both names).
   for (auto& [name, p] : lm_head_->named_parameters()) wte_->tie_parameter("weight", p);

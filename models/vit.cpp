@@ -44,6 +44,9 @@ VitEncoderBlock::VitEncoderBlock(const VitConfig& c) {
                             nn::MultiheadAttentionOptions{c.hidden_dim, c.num_heads, c.attention_dropout, true}));
   dropout_ = register_module("dropout", std::make_shared<nn::Dropout>(c.dropout));
   ln_2_ = register_module("ln_2", std::make_shared<nn::LayerNorm>(c.hidden_dim, 1e-6f));
+  // Each norm feeds linear layers alone (the attention's in_proj, mlp.0): bf16 under precision: bf16.
+  ln_1_->keep_bf16_activations(true);
+  ln_2_->keep_bf16_activations(true);
   // torchvision's MLPBlock: Linear, GELU, Dropout, Linear, Dropout (mlp.0 and mlp.3 hold weights),
   // xavier_uniform weights and N(0, 1e-6) biases.
   auto fc1 = std::make_shared<nn::Linear>(c.hidden_dim, c.mlp_dim);
@@ -54,8 +57,11 @@ VitEncoderBlock::VitEncoderBlock(const VitConfig& c) {
       if (name == "bias") nn::init::normal(p.value(), 1e-6f);
     }
   }
+  // The GELU's output reaches mlp.3 through a dropout, which reads f32 unless it is the identity (p 0).
+  auto gelu = std::make_shared<nn::GELU>();
+  gelu->keep_bf16_activations(c.dropout == 0.0f);
   mlp_ = register_module("mlp", std::make_shared<nn::Sequential>(std::vector<std::shared_ptr<nn::Module>>{
-                                    fc1, std::make_shared<nn::GELU>(), std::make_shared<nn::Dropout>(c.dropout), fc2,
+                                    fc1, gelu, std::make_shared<nn::Dropout>(c.dropout), fc2,
                                     std::make_shared<nn::Dropout>(c.dropout)}));
 }
 

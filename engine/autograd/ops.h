@@ -78,8 +78,10 @@ Variable log(ExecutionContext& ctx, const Variable& x);
 Variable sqrt(ExecutionContext& ctx, const Variable& x);
 Variable rsqrt(ExecutionContext& ctx, const Variable& x);
 Variable tanh(ExecutionContext& ctx, const Variable& x);
-// Exact (erf) GELU, or PyTorch's approximate='tanh'.
-Variable gelu(ExecutionContext& ctx, const Variable& x, bool tanh_approximation = false);
+// Exact (erf) GELU, or PyTorch's approximate='tanh'. bf16_output: under precision: bf16, where
+// the device takes bf16 operands (backend::bf16_operand), y is stored in bf16 (for a GELU whose
+// output goes to linear layers alone); the backward reads x only.
+Variable gelu(ExecutionContext& ctx, const Variable& x, bool tanh_approximation = false, bool bf16_output = false);
 // value where mask (u8, broadcast to x) is not 0; those places pass no gradient.
 Variable masked_fill(ExecutionContext& ctx, const Variable& x, const Tensor& mask, float value);
 // Over dims (all when empty), as torch.sum / torch.mean / torch.amax (ties share the gradient).
@@ -91,8 +93,9 @@ Variable log_softmax(ExecutionContext& ctx, const Variable& x, int dim);
 
 // ---- The transformer's ops (ops_transformer.cpp). ----
 // Over the last normalized_dims dimensions; weight and bias (that many elements) may be undefined.
+// bf16_output: as gelu's (the backward never reads y): for a norm whose output goes to linear layers.
 Variable layer_norm(ExecutionContext& ctx, const Variable& x, int normalized_dims, const Variable& weight,
-                    const Variable& bias, float eps = 1e-5f);
+                    const Variable& bias, float eps = 1e-5f, bool bf16_output = false);
 // F.scaled_dot_product_attention on (B, H, T, D): attn_mask u8 (true takes part) or f32 (added),
 // broadcast over batch and heads; is_causal aligned bottom-right (backend::AttentionParams); scale
 // 1 / sqrt(D) unless given. Memory-efficient: no (Tq, Tk) tensor is kept for the backward.

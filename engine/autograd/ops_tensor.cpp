@@ -187,9 +187,16 @@ Variable log(ExecutionContext& ctx, const Variable& x) { return unary_op(ctx, "l
 Variable sqrt(ExecutionContext& ctx, const Variable& x) { return unary_op(ctx, "sqrt", UnaryOp::kSqrt, x); }
 Variable rsqrt(ExecutionContext& ctx, const Variable& x) { return unary_op(ctx, "rsqrt", UnaryOp::kRsqrt, x); }
 Variable tanh(ExecutionContext& ctx, const Variable& x) { return unary_op(ctx, "tanh", UnaryOp::kTanh, x); }
-Variable gelu(ExecutionContext& ctx, const Variable& x, bool tanh_approximation) {
+Variable gelu(ExecutionContext& ctx, const Variable& x, bool tanh_approximation, bool bf16_output) {
   if (tracing()) trace_attributes("gelu", {{"approximate", std::string(tanh_approximation ? "tanh" : "none")}});
-  return unary_op(ctx, "gelu", tanh_approximation ? UnaryOp::kGeluTanh : UnaryOp::kGeluErf, x);
+  const UnaryOp op = tanh_approximation ? UnaryOp::kGeluTanh : UnaryOp::kGeluErf;
+  if (!bf16_output) return unary_op(ctx, "gelu", op, x);
+  // The f32 result lives only until it is rounded: the graph keeps the bf16 one.
+  Tensor xv = x.value();
+  Tensor y = backend::bf16_operand(ctx, backend::unary(ctx, op, xv));
+  return make_op("gelu", std::move(y), {x}, [&ctx, op, xv](const Tensor& dy) {
+    return std::vector<Tensor>{backend::unary_backward(ctx, op, xv, Tensor(), dy)};
+  });
 }
 
 Variable masked_fill(ExecutionContext& ctx, const Variable& x, const Tensor& mask, float value) {

@@ -12,9 +12,10 @@
 namespace tandem::autograd {
 
 Variable layer_norm(ExecutionContext& ctx, const Variable& x, int normalized_dims, const Variable& weight,
-                    const Variable& bias, float eps) {
+                    const Variable& bias, float eps, bool bf16_output) {
   Tensor w = weight.defined() ? weight.value() : Tensor(), b = bias.defined() ? bias.value() : Tensor();
   backend::LayerNormForward f = backend::layer_norm_forward(ctx, x.value(), normalized_dims, w, b, eps);
+  if (bf16_output) f.y = backend::bf16_operand(ctx, f.y);  // the f32 y is freed here
   std::vector<Variable> inputs{x};
   if (weight.defined()) inputs.push_back(weight);
   if (bias.defined()) inputs.push_back(bias);

@@ -160,6 +160,7 @@ void narrow_assign(Ctx&, Tensor& dst, int dim, int64_t start, const Tensor& src)
 Tensor concat(Ctx&, std::span<const Tensor> xs, int dim);
 Tensor binary(Ctx&, BinaryOp op, const Tensor& a, const Tensor& b);  // broadcasting
 Tensor unary(Ctx&, UnaryOp op, const Tensor& x);
+// y may be undefined for GELU, whose derivative reads x alone (a GELU that kept a bf16 output).
 Tensor unary_backward(Ctx&, UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy);
 Tensor masked_fill(Ctx&, const Tensor& x, const Tensor& mask, float value);  // mask u8, broadcast to x
 // Over dims (all of them when empty), keeping each as size 1 when keepdim.

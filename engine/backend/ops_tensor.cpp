@@ -180,10 +180,15 @@ Tensor unary(Ctx& ctx, UnaryOp uop, const Tensor& x) {
 Tensor unary_backward(Ctx& ctx, UnaryOp uop, const Tensor& x, const Tensor& y, const Tensor& dy) {
   constexpr std::string_view op = "unary_backward";
   check_tensor(op, "x", x, ctx, DType::kF32, -1, "");
-  check_same(op, "x", x, "y", y);
+  const bool gelu = uop == UnaryOp::kGeluErf || uop == UnaryOp::kGeluTanh;
+  TANDEM_CHECK(y.defined() || gelu, ErrorCode::kInvalidArgument,
+               "{}: y is undefined, but this op's derivative reads its forward output", op);
+  if (y.defined()) check_tensor(op, "y", y, ctx, DType::kF32, -1, "");
+  check_same(op, "x", x, "y", y.defined() ? y : x);
   check_same(op, "x", x, "dy", dy);
   Tensor dx = Tensor::empty(x.shape(), DType::kF32, ctx.device(), x.format());
-  entry(table(ctx).unary_backward, op, ctx)(ctx, uop, x, y, dy, dx);
+  // Without y, x stands in for it: no kernel reads y for GELU.
+  entry(table(ctx).unary_backward, op, ctx)(ctx, uop, x, y.defined() ? y : x, dy, dx);
   return dx;
 }
 

@@ -17,7 +17,7 @@ LayerNorm::LayerNorm(int64_t normalized_shape, float eps, bool elementwise_affin
 }
 
 Variable LayerNorm::forward(ExecutionContext& ctx, const Variable& x) {
-  return autograd::layer_norm(ctx, x, 1, weight_, bias_, eps_);
+  return autograd::layer_norm(ctx, x, 1, weight_, bias_, eps_, bf16_output_);
 }
 
 GELU::GELU(const std::string& approximate) : tanh_(approximate == "tanh") {
@@ -25,7 +25,9 @@ GELU::GELU(const std::string& approximate) : tanh_(approximate == "tanh") {
                "GELU: approximate must be 'none' or 'tanh', got '{}'", approximate);
 }
 
-Variable GELU::forward(ExecutionContext& ctx, const Variable& x) { return autograd::gelu(ctx, x, tanh_); }
+Variable GELU::forward(ExecutionContext& ctx, const Variable& x) {
+  return autograd::gelu(ctx, x, tanh_, bf16_output_);
+}
 
 MultiheadAttention::MultiheadAttention(const MultiheadAttentionOptions& options) : options_(options) {
   const int64_t e = options.embed_dim;

@@ -17,9 +17,14 @@ class LayerNorm : public Module {
   // elementwise_affine is false; bias false keeps the weight only (nanoGPT's LayerNorm(bias=False)).
   explicit LayerNorm(int64_t normalized_shape, float eps = 1e-5f, bool elementwise_affine = true, bool bias = true);
   Variable forward(ExecutionContext& ctx, const Variable& x) override;
+  // Under precision: bf16, on a device that takes bf16 operands, the output is stored in bf16 (the
+  // f32 one freed at once): for a norm whose output goes to linear layers alone (a transformer
+  // block's), which round their input to bf16 anyway. Off by default; the backward is unchanged.
+  void keep_bf16_activations(bool on) { bf16_output_ = on; }
 
  private:
   float eps_;
+  bool bf16_output_ = false;
   Variable weight_, bias_;
 };
 
@@ -27,9 +32,12 @@ class GELU : public Module {
  public:
   explicit GELU(const std::string& approximate = "none");  // "none" (erf) or "tanh"
   Variable forward(ExecutionContext& ctx, const Variable& x) override;
+  // As LayerNorm's: for a GELU whose output goes to a linear layer alone (an MLP's).
+  void keep_bf16_activations(bool on) { bf16_output_ = on; }
 
  private:
   bool tanh_;
+  bool bf16_output_ = false;
 };
 
 struct MultiheadAttentionOptions {

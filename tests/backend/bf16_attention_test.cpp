@@ -56,9 +56,12 @@ double lse_error(const Vec& got, const Vec& want) {
 TEST(Bf16Attention, WithinBf16OfTheF32KernelAndApartFromIt) {
   TANDEM_REQUIRE_BF16_CPU();
   ExecutionContext f32(Device::cpu(), 2, 1);
-  for (const Case& c : {Case{{2, 3, 70, 70, 24, 24}, true, false, 0.0f}, Case{{1, 2, 65, 300, 16, 8}, false, true, 0.0f},
-                        Case{{1, 1, 5, 300, 8, 8}, true, true, 0.0f}, Case{{1, 2, 300, 260, 32, 32}, true, false, 0.0f},
-                        Case{{1, 1, 6, 3, 4, 4}, true, false, 0.0f}, Case{{2, 2, 9, 9, 8, 8}, true, false, 0.3f}}) {
+  for (const Case& c : {Case{{2, 3, 70, 70, 24, 24}, true, false, 0.0f},
+                        Case{{1, 2, 65, 300, 16, 8}, false, true, 0.0f},
+                        Case{{1, 1, 5, 300, 8, 8}, true, true, 0.0f},
+                        Case{{1, 2, 300, 260, 32, 32}, true, false, 0.0f},
+                        Case{{1, 1, 6, 3, 4, 4}, true, false, 0.0f},
+                        Case{{2, 2, 9, 9, 8, 8}, true, false, 0.3f}}) {
     const AttentionShape& s = c.s;
     SCOPED_TRACE(::testing::Message() << s.tq << " x " << s.tk << " d " << s.d << " dv " << s.dv << " causal "
                                       << c.causal << " mask " << c.mask << " dropout " << c.dropout);

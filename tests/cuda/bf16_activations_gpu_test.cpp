@@ -134,7 +134,8 @@ TEST(CudaBf16Activations, ConvolutionsTakeBf16OperandsAsTheirOwnRounding) {
 TEST(CudaBf16Activations, LinearLayersTakeBf16OperandsAsTheirOwnRounding) {
   TANDEM_REQUIRE_GPU();
   Contexts ctx;
-  const Tensor x = gpu(random_tensor({37, 24}, 7)), w = gpu(random_tensor({40, 24}, 8)), b = gpu(random_tensor({40}, 9));
+  const Tensor x = gpu(random_tensor({37, 24}, 7)), w = gpu(random_tensor({40, 24}, 8));
+  const Tensor b = gpu(random_tensor({40}, 9));
   const Tensor x16 = bf16_operand(ctx.gpu, x);
   EXPECT_TRUE(bitwise_equal(linear_forward(ctx.gpu, x16, w, b), linear_forward(ctx.gpu, x, w, b)));
   const Tensor dy16 = bf16_operand(ctx.gpu, gpu(random_tensor({37, 40}, 10)));

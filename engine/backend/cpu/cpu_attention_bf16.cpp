@@ -227,7 +227,10 @@ void backward_block(const Problem& pr, const Operands16& o, const Grads& g, int6
 
 }  // namespace
 
-bool runs_in_bf16(const Ctx& ctx, const Problem& pr) { return computes_in_bf16(ctx) && pr.tk <= kMaxKeys; }
+// Empty heads (d or dv 0) keep the f32 kernel: oneDNN's matmul is not asked for zero-sized products.
+bool runs_in_bf16(const Ctx& ctx, const Problem& pr) {
+  return computes_in_bf16(ctx) && pr.tk <= kMaxKeys && pr.d > 0 && pr.dv > 0;
+}
 
 void forward_bf16(Ctx& ctx, const Problem& pr, float* y, float* lse) {
   const Operands16 o = round_operands(ctx, pr, nullptr);

@@ -15,8 +15,8 @@
 // precision: bf16); cuDNN then reads them in place, with no staged copy.
 //
 // Bias: the forward adds it with cudnnAddTensor on our f32 y (after the bf16 result is converted
-// back), the gradient sums f32 dy (a bf16 dy widened first) with cudnnConvolutionBackwardBias, which cuDNN does not list
-// among its non-deterministic routines; neither touches bf16, so bias values keep f32 precision.
+// back), the gradient sums f32 dy (a bf16 dy widened first) with cudnnConvolutionBackwardBias,
+// which cuDNN does not list among its non-deterministic routines; bias values keep f32 precision.
 #include <cuda_runtime_api.h>
 
 #include "engine/backend/cuda/cuda_cast.h"
