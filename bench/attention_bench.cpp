@@ -116,10 +116,12 @@ int run(const Options& o) {
   std::sort(ms.begin(), ms.end());
   const auto stats = tandem::allocator_for(Device::cpu()).stats();
   std::printf("{\"engine\": \"tandem\", \"seq_len\": %lld, \"batch\": %lld, \"heads\": %lld, \"head_dim\": %lld, "
-              "\"causal\": %s, \"precision\": \"%s\", \"threads\": %d, \"ms_p50\": %.2f, \"ms_min\": %.2f, \"peak_extra_bytes\": %lld, "
+              "\"causal\": %s, \"precision\": \"%s\", \"threads\": %d, \"ms_p50\": %.2f, \"ms_min\": %.2f, "
+              "\"peak_extra_bytes\": %lld, "
               "\"allocator_peak_bytes\": %lld}\n",
               static_cast<long long>(o.seq_len), static_cast<long long>(o.batch), static_cast<long long>(o.heads),
-              static_cast<long long>(o.head_dim), o.causal ? "true" : "false", o.bf16 ? "bf16" : "fp32", ctx.num_threads(), ms[ms.size() / 2],
+              static_cast<long long>(o.head_dim), o.causal ? "true" : "false", o.bf16 ? "bf16" : "fp32",
+              ctx.num_threads(), ms[ms.size() / 2],
               ms.front(), static_cast<long long>(peak_resident_bytes() - baseline),
               static_cast<long long>(stats.peak_bytes_in_use));
   return 0;

@@ -100,32 +100,36 @@ TEST(CudaBf16Activations, ConversionsGiveTheHostsBits) {
 // The convolution rounds an f32 operand into its own bf16 copy, so a bf16
 // operand of the same values must give the same bits (the same plan and
 // algorithm serve both calls).
+// With cudnn_benchmark too: its search runs the candidates on the in-place bf16 operands.
 TEST(CudaBf16Activations, ConvolutionsTakeBf16OperandsAsTheirOwnRounding) {
   TANDEM_REQUIRE_GPU();
-  Contexts ctx;
-  ctx.gpu.options().deterministic = true;
-  for (MemoryFormat format : {MemoryFormat::kContiguous, MemoryFormat::kChannelsLast}) {
-    SCOPED_TRACE(std::string(memory_format_name(format)));
-    const Conv2dParams p{.stride = {2, 1}, .padding = {1, 1}};
-    const Tensor x = gpu(random_tensor({2, 8, 9, 7}, 2, -1.0f, 1.0f, format));
-    const Tensor w = gpu(random_tensor({16, 8, 3, 3}, 3));
-    const Tensor b = gpu(random_tensor({16}, 4));
-    const Tensor x16 = bf16_operand(ctx.gpu, x);
-    const Tensor y = conv2d_forward(ctx.gpu, p, x, w, b);
-    EXPECT_TRUE(bitwise_equal(conv2d_forward(ctx.gpu, p, x16, w, b), y));
-    const Tensor dy16 = bf16_operand(ctx.gpu, gpu(random_tensor(y.shape(), 5, -1.0f, 1.0f, format)));
-    const Tensor dy = max_pool2d_forward(ctx.gpu, {.kernel = {1, 1}, .stride = {1, 1}}, dy16).y;  // widened
-    EXPECT_TRUE(bitwise_equal(conv2d_backward_data(ctx.gpu, p, dy16, w, x.shape()),
-                              conv2d_backward_data(ctx.gpu, p, dy, w, x.shape())));
-    const ConvWeightGrads from16 = conv2d_backward_weights(ctx.gpu, p, x16, dy16, w.shape(), true);
-    const ConvWeightGrads from32 = conv2d_backward_weights(ctx.gpu, p, x, dy, w.shape(), true);
-    EXPECT_TRUE(bitwise_equal(from16.dw, from32.dw));
-    EXPECT_TRUE(bitwise_equal(from16.db, from32.db));  // the bias sums the widened dy
-    const Tensor start = random_tensor(x.shape(), 6, -1.0f, 1.0f, format);
-    Tensor sum = gpu(start), sum32 = gpu(start);
-    conv2d_backward_data_add(ctx.gpu, p, dy16, w, sum);
-    conv2d_backward_data_add(ctx.gpu, p, dy, w, sum32);
-    EXPECT_TRUE(bitwise_equal(sum, sum32));
+  for (const bool benchmark : {false, true}) {
+    for (MemoryFormat format : {MemoryFormat::kContiguous, MemoryFormat::kChannelsLast}) {
+      SCOPED_TRACE(std::string(memory_format_name(format)) + (benchmark ? " cudnn_benchmark" : ""));
+      Contexts ctx;
+      ctx.gpu.options().deterministic = true;
+      ctx.gpu.options().cudnn_benchmark = benchmark;
+      const Conv2dParams p{.stride = {2, 1}, .padding = {1, 1}};
+      const Tensor x = gpu(random_tensor({2, 8, 9, 7}, 2, -1.0f, 1.0f, format));
+      const Tensor w = gpu(random_tensor({16, 8, 3, 3}, 3));
+      const Tensor b = gpu(random_tensor({16}, 4));
+      const Tensor x16 = bf16_operand(ctx.gpu, x);
+      const Tensor y = conv2d_forward(ctx.gpu, p, x, w, b);
+      EXPECT_TRUE(bitwise_equal(conv2d_forward(ctx.gpu, p, x16, w, b), y));
+      const Tensor dy16 = bf16_operand(ctx.gpu, gpu(random_tensor(y.shape(), 5, -1.0f, 1.0f, format)));
+      const Tensor dy = max_pool2d_forward(ctx.gpu, {.kernel = {1, 1}, .stride = {1, 1}}, dy16).y;  // widened
+      EXPECT_TRUE(bitwise_equal(conv2d_backward_data(ctx.gpu, p, dy16, w, x.shape()),
+                                conv2d_backward_data(ctx.gpu, p, dy, w, x.shape())));
+      const ConvWeightGrads from16 = conv2d_backward_weights(ctx.gpu, p, x16, dy16, w.shape(), true);
+      const ConvWeightGrads from32 = conv2d_backward_weights(ctx.gpu, p, x, dy, w.shape(), true);
+      EXPECT_TRUE(bitwise_equal(from16.dw, from32.dw));
+      EXPECT_TRUE(bitwise_equal(from16.db, from32.db));  // the bias sums the widened dy
+      const Tensor start = random_tensor(x.shape(), 6, -1.0f, 1.0f, format);
+      Tensor sum = gpu(start), sum32 = gpu(start);
+      conv2d_backward_data_add(ctx.gpu, p, dy16, w, sum);
+      conv2d_backward_data_add(ctx.gpu, p, dy, w, sum32);
+      EXPECT_TRUE(bitwise_equal(sum, sum32));
+    }
   }
 }
 
@@ -151,11 +155,12 @@ struct BnCase {
   Shape x;
   MemoryFormat format;
   bool relu, shortcut;
+  bool keeps_bf16 = true;  // false: an f32 y beside a bf16 shortcut (a block end that keeps f32)
 };
 
 std::string name_of(const BnCase& c) {
   return c.x.str() + " " + std::string(memory_format_name(c.format)) + (c.relu ? " relu" : "") +
-         (c.shortcut ? " +shortcut" : "");
+         (c.shortcut ? " +shortcut" : "") + (c.keeps_bf16 ? "" : " f32 y");
 }
 
 class CudaBf16BatchNorm : public ::testing::TestWithParam<BnCase> {};
@@ -166,7 +171,9 @@ TEST_P(CudaBf16BatchNorm, Bf16OutputsWithinHalfAStepOfTheCpusF32) {
   SCOPED_TRACE(name_of(c));
   Contexts ctx;
   const int64_t ch = c.x[1];
-  BatchNormParams p{.eps = 1e-3f, .momentum = 0.2f, .fuse_relu = c.relu && !c.shortcut, .bf16_activations = true};
+  BatchNormParams p{
+      .eps = 1e-3f, .momentum = 0.2f, .fuse_relu = c.relu && !c.shortcut, .bf16_activations = c.keeps_bf16};
+  const DType activations = c.keeps_bf16 ? DType::kBF16 : DType::kF32;
   const Tensor gamma = random_tensor({ch}, 1, 0.5f, 1.5f), beta = random_tensor({ch}, 2);
   Tensor rm = random_tensor({ch}, 3), rv = random_tensor({ch}, 4, 0.5f, 2.0f);
   Tensor g_rm = gpu(rm), g_rv = gpu(rv);
@@ -182,7 +189,7 @@ TEST_P(CudaBf16BatchNorm, Bf16OutputsWithinHalfAStepOfTheCpusF32) {
     f = batchnorm_forward_training(ctx.cpu, p, x, gamma, beta, rm, rv);
     gf = batchnorm_forward_training(ctx.gpu, p, gpu(x), gpu(gamma), gpu(beta), g_rm, g_rv);
   }
-  ASSERT_EQ(gf.y.dtype(), DType::kBF16);
+  ASSERT_EQ(gf.y.dtype(), activations);
   EXPECT_EQ(gf.y.format(), c.format);
   EXPECT_LT(rel_error(gf.y, f.y), kBf16Tolerance);
   EXPECT_LT(rel_error(gf.saved.mean, f.saved.mean), kF32Tolerance);
@@ -203,7 +210,7 @@ TEST_P(CudaBf16BatchNorm, Bf16OutputsWithinHalfAStepOfTheCpusF32) {
   }
   const BatchNormGrads g = batchnorm_backward(ctx.cpu, p, x, f.y, dy, gamma, f.saved);
   const BatchNormGrads gg = batchnorm_backward(ctx.gpu, p, gpu(x), gf.y, g_dy, gpu(gamma), gf.saved);
-  ASSERT_EQ(gg.dx.dtype(), DType::kBF16);
+  ASSERT_EQ(gg.dx.dtype(), activations);
   EXPECT_EQ(gg.dx.format(), c.format);
   EXPECT_LT(rel_error(gg.dx, g.dx), kBf16Tolerance);
   EXPECT_LT(rel_error(gg.dgamma, g.dgamma),
@@ -226,7 +233,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaBf16BatchNorm,
                                            BnCase{{4, 16, 8, 8}, MemoryFormat::kChannelsLast, true, true},
                                            BnCase{{3, 5, 7, 6}, MemoryFormat::kContiguous, true, false},
                                            BnCase{{3, 5, 7, 6}, MemoryFormat::kContiguous, false, true},
-                                           BnCase{{1, 40, 1, 2}, MemoryFormat::kChannelsLast, true, true}),
+                                           BnCase{{1, 40, 1, 2}, MemoryFormat::kChannelsLast, true, true},
+                                           BnCase{{4, 16, 8, 8}, MemoryFormat::kChannelsLast, true, true, false},
+                                           BnCase{{3, 5, 7, 6}, MemoryFormat::kContiguous, true, true, false}),
                          [](const auto& test) { return "case" + std::to_string(test.index); });
 
 // An f32 context ignores the flag: y and dx stay f32 (cuDNN's path).

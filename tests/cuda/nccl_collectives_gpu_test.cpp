@@ -62,7 +62,9 @@ TEST(NcclCollectives, AllReduceBroadcastAndAllGatherOnEveryDevice) {
 }
 
 // distribute.allreduce_dtype: bf16: small integers, exact in bf16, sum to the exact bf16 value on
-// every device; an average too. Other element types are refused before NCCL sees them.
+// every device; an average is that sum divided once (not NCCL's ncclAvg, which pre-multiplies by
+// bf16(1/n)). Other element types are refused before NCCL sees them. With one GPU the sum is the
+// identity and only the element type's acceptance and the division are proved.
 TEST(NcclCollectives, AllReducesBf16) {
   TANDEM_REQUIRE_GPU();
   const int ranks = device_services(DeviceType::kCuda).device_count();

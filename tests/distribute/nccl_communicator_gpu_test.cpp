@@ -132,7 +132,9 @@ TEST(NcclCommunicatorGpu, WatchdogNamesTheReplicaThatNeverArrives) {
 
 // distribute.allreduce_dtype: bf16 between GPU replicas: each bucket rounded to bf16 on its device,
 // summed by NCCL in bf16, widened back. With one or two devices the result is exact: the bf16 sum
-// of the rounded gradients; with more, NCCL's ring order decides the roundings, so within 1%.
+// of the rounded gradients; with more, NCCL's ring order decides the roundings: within one bf16
+// rounding (2^-8 relative) of every partial sum, bounded by the sum of the terms' magnitudes. With
+// one GPU the all-reduce is the identity and only the rounding and widening are proved.
 TEST(NcclCommunicatorGpu, BucketerAllReducesGradientsInBf16) {
   REQUIRE_GPUS(1);
   const std::vector<int> devices = all_devices();
@@ -159,10 +161,11 @@ TEST(NcclCommunicatorGpu, BucketerAllReducesGradientsInBf16) {
   auto round = [](float v) { return bf16_to_float(float_to_bf16(v)); };
   for (size_t p = 0; p < own[0].size(); ++p) {
     for (size_t i = 0; i < own[0][p].size(); ++i) {
-      float exact = 0.0f, want = 0.0f;
+      float exact = 0.0f, want = 0.0f, magnitude = 0.0f;
       for (int r = 0; r < ranks; ++r) {
         exact += own[static_cast<size_t>(r)][p][i];
         want = round(want + round(own[static_cast<size_t>(r)][p][i]));
+        magnitude += std::fabs(round(own[static_cast<size_t>(r)][p][i]));
       }
       for (int r = 0; r < ranks; ++r) {
         const float got = reduced[static_cast<size_t>(r)][p][i];
@@ -170,7 +173,8 @@ TEST(NcclCommunicatorGpu, BucketerAllReducesGradientsInBf16) {
         if (ranks <= 2) {
           ASSERT_EQ(got, want) << "param " << p << " element " << i;
         } else {
-          ASSERT_NEAR(got, exact, 1e-2 * std::fabs(exact) + 1e-6) << "param " << p << " element " << i;
+          ASSERT_NEAR(got, exact, static_cast<float>(ranks) * std::ldexp(magnitude, -8) + 1e-6f)
+              << "param " << p << " element " << i;
         }
       }
     }

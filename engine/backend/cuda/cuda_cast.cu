@@ -37,6 +37,13 @@ __global__ void cast_kernel(const From* __restrict__ src, To* __restrict__ dst, 
   }
 }
 
+__global__ void divide_kernel(__nv_bfloat16* __restrict__ data, int64_t n, float divisor) {
+  const int64_t step = static_cast<int64_t>(blockDim.x) * gridDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
+    data[i] = __float2bfloat16_rn(__fdiv_rn(__bfloat162float(data[i]), divisor));
+  }
+}
+
 // Linear offset of filter element (k, c, r, s) in a layout.
 __device__ __forceinline__ int64_t filter_offset(bool krsc, int64_t k, int64_t c, int64_t r, int64_t s,
                                                  int64_t C, int64_t R, int64_t S) {
@@ -95,6 +102,12 @@ void cast_bf16_to_f32(const void* src_bf16, float* dst, int64_t n, cudaStream_t 
   cast_kernel<__nv_bfloat16, float><<<blocks_for(n), kThreads, 0, stream>>>(
       static_cast<const __nv_bfloat16*>(src_bf16), dst, n);
   TANDEM_CUDA_LAUNCH_CHECK("cast_kernel<bf16, f32>", "n={}", n);
+}
+
+void divide_bf16(void* data_bf16, int64_t n, float divisor, cudaStream_t stream) {
+  if (n <= 0) return;
+  divide_kernel<<<blocks_for(n), kThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(data_bf16), n, divisor);
+  TANDEM_CUDA_LAUNCH_CHECK("divide_kernel<bf16>", "n={} divisor={}", n, divisor);
 }
 
 void convert_filter(const void* src, DType src_type, FilterLayout src_layout, void* dst, DType dst_type,

@@ -11,6 +11,7 @@
 #include <exception>
 #include <mutex>
 
+#include "engine/backend/cuda/cuda_cast.h"
 #include "engine/backend/cuda/cuda_check.h"
 #include "engine/core/error.h"
 
@@ -118,13 +119,19 @@ void NcclCollectives::all_reduce(int rank, void* data, size_t count, DType dtype
                "NCCL all_reduce on rank {}: element type {} (f32 or bf16 only)", rank, dtype_name(dtype));
   auto r = static_cast<size_t>(rank);
   DeviceGuard guard(devices_[r]);
-  const ncclDataType_t type = dtype == DType::kBF16 ? ncclBfloat16 : ncclFloat32;
+  const bool bf16 = dtype == DType::kBF16;
+  // NCCL's bf16 average multiplies each input by bf16(1 / n) first (0.33398 for 1/3): a bf16 average
+  // is its sum, then one division rounded once, as the CPU communicators take it.
+  const ncclRedOp_t op = average && !bf16 ? ncclAvg : ncclSum;
   grouped([&] {
-    TANDEM_NCCL_CHECK(ncclAllReduce(data, data, count, type, average ? ncclAvg : ncclSum, comms_[r],
+    TANDEM_NCCL_CHECK(ncclAllReduce(data, data, count, bf16 ? ncclBfloat16 : ncclFloat32, op, comms_[r],
                                     streams_[r]->get()),
                       "rank {} (cuda:{}), {} x {} at {}, {}", rank, devices_[r], count, dtype_name(dtype), data,
                       average ? "avg" : "sum");
   });
+  if (average && bf16) {
+    backend::cuda::divide_bf16(data, static_cast<int64_t>(count), static_cast<float>(total_ranks_), streams_[r]->get());
+  }
 }
 
 void NcclCollectives::broadcast(int rank, void* data, size_t bytes, int root) {
