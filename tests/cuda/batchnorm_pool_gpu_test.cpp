@@ -10,8 +10,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -23,34 +21,10 @@ namespace {
 
 constexpr double kTolerance = 1e-4;  // fp32: batch norm and pooling do not use tensor cores
 
-// A CPU tensor of uniform values in [lo, hi), laid out in `format`.
-Tensor random_tensor(const Shape& shape, uint64_t seed, float lo = -1.0f, float hi = 1.0f,
-                     MemoryFormat format = MemoryFormat::kContiguous) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(static_cast<size_t>(shape.numel()));
-  for (float& x : v) x = dist(rng);
-  return Tensor::from_vector(v, shape).to_format(format);
-}
-
-// max |got - want| / max |want| over logical order, got brought back from the GPU.
-double rel_error(const Tensor& got, const Tensor& want) {
-  std::vector<float> g = got.to(Device::cpu()).to_vector(), w = want.to(Device::cpu()).to_vector();
-  EXPECT_EQ(g.size(), w.size());
-  double diff = 0.0, scale = 1e-12;
-  for (size_t i = 0; i < std::min(g.size(), w.size()); ++i) {
-    diff = std::max(diff, std::abs(static_cast<double>(g[i]) - w[i]));
-    scale = std::max(scale, std::abs(static_cast<double>(w[i])));
-  }
-  return diff / scale;
-}
-
-bool bitwise_equal(const Tensor& a, const Tensor& b) {
-  std::vector<float> x = a.to(Device::cpu()).to_vector(), y = b.to(Device::cpu()).to_vector();
-  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
-}
-
-Tensor gpu(const Tensor& t) { return t.to(Device::cuda(0)); }
+using tandem::testing::bitwise_equal;
+using tandem::testing::gpu;
+using tandem::testing::random_tensor;
+using tandem::testing::rel_error;
 
 std::string format_name(MemoryFormat f) { return std::string(memory_format_name(f)); }
 

@@ -9,8 +9,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -25,49 +23,18 @@ constexpr double kF32Tolerance = 1e-4;
 // backends' f32 differences.
 constexpr double kBf16Tolerance = 4e-3;
 
-Tensor random_tensor(const Shape& shape, uint64_t seed, float lo = -1.0f, float hi = 1.0f,
-                     MemoryFormat format = MemoryFormat::kContiguous) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(static_cast<size_t>(shape.numel()));
-  for (float& x : v) x = dist(rng);
-  return Tensor::from_vector(v, shape).to_format(format);
-}
+using tandem::testing::bitwise_equal;
+using tandem::testing::gpu;
+using tandem::testing::random_tensor;
+using tandem::testing::rel_error;
 
-// t's values in logical (NCHW) order, on the host, widened from bf16 where t is
-// bf16.
-std::vector<float> values(const Tensor& t) {
-  Tensor host = t.to(Device::cpu()).to_format(MemoryFormat::kContiguous);
-  if (host.dtype() == DType::kF32) return host.to_vector();
-  const auto* bits = static_cast<const BFloat16*>(host.raw_data());
-  std::vector<float> out(static_cast<size_t>(host.numel()));
-  for (size_t i = 0; i < out.size(); ++i) out[i] = bf16_to_float(bits[i]);
-  return out;
-}
+std::vector<float> values(const Tensor& t) { return tandem::testing::host_values(t); }
 
 std::vector<uint16_t> bf16_bits(const Tensor& t) {
   Tensor host = t.to(Device::cpu()).to_format(MemoryFormat::kContiguous);
   const auto* p = static_cast<const uint16_t*>(host.raw_data());
   return std::vector<uint16_t>(p, p + host.numel());
 }
-
-double rel_error(const Tensor& got, const Tensor& want) {
-  const std::vector<float> g = values(got), w = values(want);
-  EXPECT_EQ(g.size(), w.size());
-  double diff = 0.0, scale = 1e-12;
-  for (size_t i = 0; i < std::min(g.size(), w.size()); ++i) {
-    diff = std::max(diff, std::abs(static_cast<double>(g[i]) - w[i]));
-    scale = std::max(scale, std::abs(static_cast<double>(w[i])));
-  }
-  return diff / scale;
-}
-
-bool bitwise_equal(const Tensor& a, const Tensor& b) {
-  const std::vector<float> x = values(a), y = values(b);
-  return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
-}
-
-Tensor gpu(const Tensor& t) { return t.to(Device::cuda(0)); }
 
 struct Contexts {
   ExecutionContext cpu{Device::cpu(), 2, 1};
