@@ -17,6 +17,7 @@
 
 #include <cstdint>
 
+#include "engine/backend/cuda/cuda_bf16_access.cuh"
 #include "engine/backend/cuda/cuda_check.h"
 #include "engine/backend/cuda/cuda_context.h"
 #include "engine/backend/cuda/cuda_kernels.h"
@@ -30,11 +31,6 @@ using tandem::cuda::global_thread_index;
 using tandem::cuda::grid_stride;
 using tandem::cuda::Launch;
 using tandem::cuda::launch_for;
-
-__device__ __forceinline__ float widen(float v) { return v; }
-__device__ __forceinline__ float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ void store(float* p, float v) { *p = v; }
-__device__ __forceinline__ void store(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
 
 template <typename Y, typename S>
 struct ApplyArgs {

@@ -13,6 +13,7 @@
 #include <cstdint>
 
 #include "engine/backend/batchnorm_math.h"
+#include "engine/backend/cuda/cuda_bf16_access.cuh"
 #include "engine/backend/cuda/cuda_check.h"
 #include "engine/backend/cuda/cuda_context.h"
 #include "engine/backend/cuda/cuda_kernels.h"
@@ -79,11 +80,6 @@ struct MomentsTerm {  // (x, x^2)
     return make_double2(v, v * v);
   }
 };
-
-__device__ __forceinline__ float widen(float v) { return v; }
-__device__ __forceinline__ float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ void store(float* p, float v) { *p = v; }
-__device__ __forceinline__ void store(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
 
 template <typename Y>
 struct GradTerm {  // (g, g xhat)
