@@ -6,9 +6,13 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iterator>
+
+#include <fmt/format.h>
 
 #include "data/tfrecord_reader.h"
 #include "engine/core/error.h"
+#include "engine/core/output_file.h"
 
 namespace tandem::data {
 
@@ -30,14 +34,10 @@ std::vector<IndexEntry> build_index(const std::string& tfrecord_path) {
 }
 
 void write_index(const std::string& index_path, const std::vector<IndexEntry>& entries) {
-  std::FILE* f = std::fopen(index_path.c_str(), "w");
-  TANDEM_CHECK(f != nullptr, ErrorCode::kNotFound, "cannot create {}: {}", index_path, std::strerror(errno));
-  for (const IndexEntry& e : entries) {
-    std::fprintf(f, "%llu %llu\n", static_cast<unsigned long long>(e.offset), static_cast<unsigned long long>(e.size));
-  }
-  bool ok = std::ferror(f) == 0;
-  ok = std::fclose(f) == 0 && ok;
-  TANDEM_CHECK(ok, ErrorCode::kResourceExhausted, "writing {} failed", index_path);
+  std::string text;
+  text.reserve(entries.size() * 16);
+  for (const IndexEntry& e : entries) fmt::format_to(std::back_inserter(text), "{} {}\n", e.offset, e.size);
+  write_file_atomically(index_path, text, "tfrecord index");
 }
 
 std::vector<IndexEntry> read_index(const std::string& index_path) {

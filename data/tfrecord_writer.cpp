@@ -40,6 +40,20 @@ TFRecordWriter::TFRecordWriter(std::string path, TFRecordWriterOptions options)
                "TFRecordWriter for {}: state the compression (none, gzip or zlib), not auto", path_);
   fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   TANDEM_CHECK(fd_ >= 0, ErrorCode::kNotFound, "cannot create {}: {}", path_, std::strerror(errno));
+  start_stream();
+}
+
+TFRecordWriter::TFRecordWriter(TFRecordWriteFd fd, std::string name, TFRecordWriterOptions options)
+    : path_(std::move(name)), options_(options), buffer_(options.buffer_size) {
+  TANDEM_CHECK(options_.compression != Compression::kAuto, ErrorCode::kInvalidArgument,
+               "TFRecordWriter for {}: state the compression (none, gzip or zlib), not auto", path_);
+  fd_ = ::fcntl(fd.fd, F_DUPFD_CLOEXEC, 0);
+  TANDEM_CHECK(fd_ >= 0, ErrorCode::kUnavailable, "TFRecordWriter for {}: dup of descriptor {} failed: {}", path_,
+               fd.fd, std::strerror(errno));
+  start_stream();
+}
+
+void TFRecordWriter::start_stream() {
   if (options_.compression != Compression::kNone) {
     int window = options_.compression == Compression::kGzip ? MAX_WBITS + 16 : MAX_WBITS;
     int rc = deflateInit2(&zs_, options_.level, Z_DEFLATED, window, 9, Z_DEFAULT_STRATEGY);

@@ -19,9 +19,17 @@ struct TFRecordWriterOptions {
   size_t buffer_size = 256 * 1024;
 };
 
+// An open file for TFRecordWriter to write into: a duplicate of `fd` is taken, so the owner (an
+// OutputFile that renames the finished file into place) keeps its own descriptor.
+struct TFRecordWriteFd {
+  int fd = -1;
+};
+
 class TFRecordWriter {
  public:
   TFRecordWriter(std::string path, TFRecordWriterOptions options = {});
+  // Writes into an open file; `name` is the path its messages give.
+  TFRecordWriter(TFRecordWriteFd fd, std::string name, TFRecordWriterOptions options = {});
   ~TFRecordWriter();  // closes; a failure there is logged, never thrown
   TFRecordWriter(const TFRecordWriter&) = delete;
   TFRecordWriter& operator=(const TFRecordWriter&) = delete;
@@ -38,6 +46,7 @@ class TFRecordWriter {
   uint64_t offset() const { return stream_bytes_; }      // uncompressed bytes so far
 
  private:
+  void start_stream();
   void put(const void* bytes, size_t size);
   void deflate_out(int flush);
   void flush_file();

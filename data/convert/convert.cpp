@@ -1,5 +1,6 @@
 // convert(): plans shards, deals a Philox-seeded permutation to them, and writes each shard
-// on a ThreadPool worker to "<name>.tmp", renamed when complete so a crash leaves no half shard.
+// on a ThreadPool worker to a unique temporary beside it (OutputFile), renamed when complete so a crash
+// leaves no half shard.
 #include "data/convert/convert.h"
 
 #include <spdlog/spdlog.h>
@@ -15,6 +16,7 @@
 #include "data/tfrecord_writer.h"
 #include "engine/core/context.h"
 #include "engine/core/error.h"
+#include "engine/core/output_file.h"
 #include "engine/core/random.h"
 #include "engine/core/thread_pool.h"
 
@@ -61,20 +63,18 @@ std::string shard_name(const ConvertOptions& o, int s, int n) {
 
 ShardInfo write_shard(const ConvertSource& source, const std::vector<size_t>& items, const std::string& path,
                       const ConvertOptions& options, std::atomic<uint64_t>& done) {
-  const std::string tmp = path + ".tmp";
   TFRecordWriterOptions wo;
   wo.compression = options.compression;
+  OutputFile out(path, "convert");  // a unique temporary beside the shard, renamed when complete
   {
-    TFRecordWriter writer(tmp, wo);
+    TFRecordWriter writer(TFRecordWriteFd{out.fd()}, out.temp_path().string(), wo);
     for (size_t i : items) {
       writer.write(source.record(i));
       done.fetch_add(1, std::memory_order_relaxed);
     }
     writer.close();
   }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  TANDEM_CHECK(!ec, ErrorCode::kResourceExhausted, "renaming {} to {} failed: {}", tmp, path, ec.message());
+  out.commit();
   if (options.write_index && options.compression == Compression::kNone) write_index(path + ".idx", build_index(path));
   return ShardInfo{path, items.size(), static_cast<uint64_t>(fs::file_size(path))};
 }

@@ -22,6 +22,7 @@
 
 #include "data/crc32c.h"
 #include "engine/core/error.h"
+#include "engine/core/output_file.h"
 
 namespace tandem::data {
 namespace {
@@ -143,7 +144,9 @@ std::string unique_temp_name(const std::string& path) {
 }  // namespace
 
 CacheFileWriter::CacheFileWriter(std::string path) : path_(std::move(path)), temp_(unique_temp_name(path_)) {
-  file_ = std::fopen(temp_.c_str(), "wb");
+  check_replaceable_output(path_, "cache file");
+  // "x": O_EXCL, so a file or symlink planted at the temporary name is never followed or truncated.
+  file_ = std::fopen(temp_.c_str(), "wbx");
   TANDEM_CHECK(file_ != nullptr, ErrorCode::kNotFound,
                "cache file {}: cannot create {}: {}; make sure its folder exists and is writable, or change the "
                "cache path",
@@ -197,6 +200,12 @@ void CacheFileWriter::commit() {
   ok = ok && std::fflush(file_) == 0 && ::fsync(::fileno(file_)) == 0;
   ok = std::fclose(file_) == 0 && ok;
   file_ = nullptr;
+  try {
+    if (ok) check_replaceable_output(path_, "cache file");  // it may have become a FIFO or a device since
+  } catch (...) {
+    std::remove(temp_.c_str());
+    throw;
+  }
   if (!ok || std::rename(temp_.c_str(), path_.c_str()) != 0) {
     int err = errno;
     std::remove(temp_.c_str());

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "engine/core/output_file.h"
 #include "engine/core/version.h"
 #include "engine/export/onnx_graph.h"
 #include "engine/export/onnx_ops.h"
@@ -177,20 +178,9 @@ OnnxExportSummary export_onnx(nn::Module& model, const OnnxInputSpec& input, con
                               const OnnxExportOptions& options) {
   OnnxExportSummary summary;
   const std::string bytes = export_onnx_bytes(model, input, options, &summary);
-  // Written beside and renamed, so a failed write never leaves half a model under the name.
-  const std::filesystem::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    TANDEM_CHECK(out.good(), ErrorCode::kNotFound, "export_onnx: cannot open {} for writing", tmp.string());
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    out.close();
-    TANDEM_CHECK(out.good(), ErrorCode::kResourceExhausted, "export_onnx: writing {} ({} bytes) failed (disk full?)",
-                 tmp.string(), bytes.size());
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  TANDEM_CHECK(!ec, ErrorCode::kFailedPrecondition, "export_onnx: cannot move {} to {}: {}", tmp.string(),
-               path.string(), ec.message());
+  // A unique temporary beside the target, renamed over it (engine/core/output_file.h): a failed write
+  // never leaves half a model, and a FIFO, device or symlink at the path is refused, not replaced.
+  write_file_atomically(path, bytes, "export_onnx");
   return summary;
 }
 

@@ -8,6 +8,8 @@
 #include <onnx/onnx_pb.h>
 #include <onnx/shape_inference/implementation.h>
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -263,6 +265,37 @@ TEST(OnnxExport, BadSpecsAreRefusedBeforeTracing) {
   testing::TempDir dir;
   EXPECT_THROW(export_onnx(*model, image_input({1, 1, 4, 4}), dir / "missing" / "m.onnx"), Error);
   EXPECT_FALSE(std::filesystem::exists(dir / "missing"));
+}
+
+// The export's temporary was PATH.tmp, renamed over whatever PATH was: a FIFO or a device became a
+// regular file (as root, --output /dev/null replaced /dev/null), and a symlink planted at PATH.tmp
+// was followed. Only a new or regular file is replaced now, through a unique temporary.
+TEST(OnnxExport, OnlyANewOrRegularFileIsReplaced) {
+  auto model = models::create_model(image_spec("mlp", 1, 4));
+  testing::TempDir dir;
+  const std::filesystem::path fifo = dir / "fifo.onnx";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  try {
+    export_onnx(*model, image_input({1, 1, 4, 4}), fifo);
+    FAIL() << "a FIFO must be refused";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("is a FIFO"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(std::filesystem::is_fifo(fifo));
+  EXPECT_THROW(export_onnx(*model, image_input({1, 1, 4, 4}), "/dev/null"), Error);
+  EXPECT_TRUE(std::filesystem::is_character_file("/dev/null"));
+  EXPECT_THROW(export_onnx(*model, image_input({1, 1, 4, 4}), ""), Error);
+
+  const std::filesystem::path victim = dir / "victim.txt";
+  testing::write_file(victim, "keep me");
+  std::filesystem::create_symlink(victim, dir / "m.onnx.tmp");
+  export_onnx(*model, image_input({1, 1, 4, 4}), dir / "m.onnx");
+  EXPECT_EQ(testing::read_file(victim), "keep me");
+  EXPECT_GT(std::filesystem::file_size(dir / "m.onnx"), 100u);
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    EXPECT_EQ(entry.path().filename().string().find(".tmp-"), std::string::npos) << entry.path();
+  }
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "data/example.h"
 #include "data/pipeline/replica_pipeline.h"
 #include "data/tfrecord_reader.h"
+#include "engine/core/output_file.h"
 
 extern char** environ;
 
@@ -32,12 +33,13 @@ constexpr double kValidationFraction = 0.1;
 // Less than this is not the whole book: the program printed an error or a part.
 constexpr uintmax_t kSmallestWholeText = 1u << 20;
 
-// Runs argv[0] with stdin from /dev/null and stdout into `path`; the exit status is checked.
-void run_into_file(const std::vector<std::string>& argv, const std::string& path) {
+// Runs argv[0] with stdin from /dev/null and stdout into the open file `fd` (named `path` in
+// messages); the exit status is checked.
+void run_into_file(const std::vector<std::string>& argv, int fd, const std::string& path) {
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, fd, STDOUT_FILENO);
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -99,20 +101,20 @@ void extract_packaged_text(const TextPackage& package, const std::string& path) 
                "prepare.source {} needs Debian's {} package ({} and {}): install it with `apt-get install {}` "
                "(tools/scripts/install_deps.sh does)",
                package.name, package.name, package.program, package.data, package.name);
-  const std::string tmp = path + ".tmp";
+  OutputFile out(path, "prepare");  // a unique temporary beside the text, renamed when complete
+  const std::string tmp = out.temp_path().string();
   // -l 79: lines broken at 79 columns whatever the terminal's COLUMNS, so the text is always
   // the same bytes; -p: the package's data, never a bible.data in the working directory.
   run_into_file({package.program, "-l", "79", "-p", fs::path(package.data).parent_path().string(),
                  "-d", fs::path(package.data).filename().string(), "gen1:1-rev22:21"},
-                tmp);
+                out.fd(), tmp);
   std::error_code ec;
   const uintmax_t size = fs::file_size(tmp, ec);
   TANDEM_CHECK(!ec && size >= kSmallestWholeText, ErrorCode::kDataLoss,
                "prepare: {} printed {} bytes into {}, not the whole text (about 4.3 MB); is {} complete? "
                "(reinstall it with `apt-get install --reinstall {}`)",
                package.program, ec ? 0 : size, tmp, package.data, package.name);
-  fs::rename(tmp, path, ec);
-  TANDEM_CHECK(!ec, ErrorCode::kResourceExhausted, "renaming {} to {} failed: {}", tmp, path, ec.message());
+  out.commit();
 }
 
 void prepare_text(const RunConfig& config, const TextPackage& package, bool files_present) {

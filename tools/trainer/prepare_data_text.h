@@ -21,7 +21,7 @@ struct TextPackage {
 // The packaged texts prepare knows, by prepare.source; nullptr for any other source.
 const TextPackage* find_text_package(std::string_view source);
 
-// Prints the package's whole text into `path` (written to "<path>.tmp", renamed when complete);
+// Prints the package's whole text into `path` (through a unique temporary beside it, renamed when complete);
 // kNotFound naming the package to install when its program or data is missing.
 void extract_packaged_text(const TextPackage& package, const std::string& path);
 

@@ -17,6 +17,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "engine/core/output_file.h"
 #include "tools/trainer/prepare_data.h"
 #include "tools/trainer/run_outputs.h"
 #include "tools/trainer/scaling_report.h"
@@ -102,7 +103,16 @@ RunConfig config_for(const ScalingArgs& args, const Baseline& base, int local, i
 ScalingRow run_one(const ScalingArgs& args, const Baseline& base, int replicas, const std::filesystem::path& out,
                    const distribute::ProcessGroupSpec& processes) {
   std::filesystem::path dir = out / fmt::format("replicas-{}", replicas * processes.size);
-  if (processes.rank == 0) std::filesystem::create_directories(dir);
+  if (processes.rank == 0) {
+    // Each measurement is a fresh run, and a run never shares its checkpoint folder with another
+    // (docs/CHECKPOINTS.md): an earlier scaling run's checkpoint here is its throwaway end state.
+    if (std::filesystem::exists(dir / "checkpoints")) {
+      spdlog::info("scaling: removing {}, the checkpoints of an earlier scaling run into {}",
+                   (dir / "checkpoints").string(), out.string());
+      std::filesystem::remove_all(dir / "checkpoints");
+    }
+    std::filesystem::create_directories(dir);
+  }
   RunConfig config = config_for(args, base, replicas, processes.size, dir);
   distribute::ReplicaPlan plan = plan_for(config.train, processes);
   if (processes.rank == 0) spdlog::info("scaling ({}): {}", args.mode, plan.describe());
@@ -195,9 +205,7 @@ void wait_local_processes(const std::vector<pid_t>& children, const std::filesys
 }
 
 void write_text(const std::filesystem::path& path, const std::string& text) {
-  std::ofstream file(path);
-  file << text;
-  TANDEM_CHECK(file.good(), ErrorCode::kInternal, "scaling: cannot write {}", path.string());
+  write_file_atomically(path, text, "scaling");
 }
 
 int run_scaling(const ScalingArgs& args) {

@@ -11,6 +11,7 @@
 #include "data/tensorboard_sink.h"
 #include "engine/backend/doctor/cpu_probe.h"
 #include "engine/core/context.h"
+#include "engine/core/output_file.h"
 #include "engine/distribute/bootstrap/client.h"
 #include "engine/distribute/process_link.h"
 #include "engine/train/callbacks.h"
@@ -35,9 +36,7 @@ struct TrainArgs {
 };
 
 void write_text(const std::filesystem::path& path, const std::string& text) {
-  std::ofstream out(path);
-  out << text;
-  TANDEM_CHECK(out.good(), ErrorCode::kInternal, "cannot write {}", path.string());
+  write_file_atomically(path, text, "train");
 }
 
 // A process other than 0: trains its replicas and leaves the run's outputs to process 0.
@@ -52,10 +51,17 @@ int run_follower(train::TrainerSetup setup) {
 }
 
 void print_summary(const train::RunSummary& s, const std::filesystem::path& run_dir) {
-  spdlog::info("done: {} steps in {} epochs, {:.1f} {}/s (after warm-up), step time p50 {:.1f} ms, p95 {:.1f} ms",
-               s.steps, s.epochs, s.images_per_sec, s.throughput_unit == "tok" ? "tokens" : "images",
-               s.step_time_p50_ms, s.step_time_p95_ms);
-  spdlog::info("step time: {}", s.breakdown.describe(s.timed_steps));
+  if (s.timed_steps > 0) {
+    spdlog::info("done: {} steps in {} epochs, {:.1f} {}/s (after warm-up), step time p50 {:.1f} ms, p95 {:.1f} ms",
+                 s.steps, s.epochs, s.images_per_sec, s.throughput_unit == "tok" ? "tokens" : "images",
+                 s.step_time_p50_ms, s.step_time_p95_ms);
+    spdlog::info("step time: {}", s.breakdown.describe(s.timed_steps));
+  } else {
+    // Absent, not 0: no step was timed, so there is no rate to report.
+    spdlog::info("done: {} steps in {} epochs; no step was timed (each one this run trained was within "
+                 "train.warmup_steps_for_timing), so no throughput or step time is reported",
+                 s.steps, s.epochs);
+  }
   for (const auto& [name, value] : s.final_metrics) spdlog::info("final {}: {:.4f}", name, value);
   spdlog::info("outputs in {}", run_dir.string());
 }

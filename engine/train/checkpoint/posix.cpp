@@ -12,6 +12,7 @@
 #include <system_error>
 
 #include "engine/core/error.h"
+#include "engine/core/output_file.h"
 
 namespace tandem::train::posix {
 namespace {
@@ -149,21 +150,7 @@ void exchange_paths(const std::filesystem::path& a, const std::filesystem::path&
 }
 
 void write_file_atomically(const std::filesystem::path& path, std::string_view text) {
-  std::filesystem::path tmp = path;
-  tmp += ".tmp";
-  try {
-    File file = File::create(tmp);
-    file.write_all(text.data(), text.size());
-    file.sync();
-    file.close();
-    rename_path(tmp, path);
-  } catch (...) {
-    std::error_code ignored;
-    std::filesystem::remove(tmp, ignored);
-    throw;
-  }
-  std::filesystem::path dir = path.parent_path();
-  sync_directory(dir.empty() ? std::filesystem::path(".") : dir);
+  tandem::write_file_atomically(path, text, "write");
 }
 
 }  // namespace tandem::train::posix

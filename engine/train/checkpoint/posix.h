@@ -51,8 +51,9 @@ void rename_path(const std::filesystem::path& from, const std::filesystem::path&
 // Swaps two existing paths in one step (renameat2 RENAME_EXCHANGE), so replacing a directory
 // never leaves a moment with neither.
 void exchange_paths(const std::filesystem::path& a, const std::filesystem::path& b);
-// Replaces path's content with text all at once: a temporary sibling (path + ".tmp"), fsync,
-// rename, directory fsync. A failure removes the temporary and leaves path as it was.
+// Replaces path's content with text all at once (tandem::write_file_atomically: a unique temporary
+// sibling, fsync, rename, directory fsync; only a regular file is ever replaced). A failure removes
+// the temporary and leaves path as it was.
 void write_file_atomically(const std::filesystem::path& path, std::string_view text);
 
 }  // namespace tandem::train::posix

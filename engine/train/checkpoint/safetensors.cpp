@@ -10,6 +10,7 @@
 #include <bit>
 
 #include "engine/core/checksum.h"
+#include "engine/core/output_file.h"
 #include "engine/train/checkpoint/json_brief.h"
 #include "engine/train/checkpoint/posix.h"
 
@@ -270,14 +271,13 @@ void write_safetensors(const std::filesystem::path& path, const TensorMap& tenso
   }
   std::string header = make_header(order, with_crcs);
   uint64_t n = header.size();
-  posix::File file = posix::File::create(path);
-  file.write_all(&n, sizeof(n));
-  file.write_all(header.data(), header.size());
+  OutputFile file(path, "write_safetensors");
+  file.write(&n, sizeof(n));
+  file.write(header.data(), header.size());
   for (const Tensor& t : host) {
-    if (t.nbytes() > 0) file.write_all(t.raw_data(), t.nbytes());
+    if (t.nbytes() > 0) file.write(t.raw_data(), t.nbytes());
   }
-  file.sync();
-  file.close();
+  file.commit();
 }
 
 SafetensorsHeader read_safetensors_header(const std::filesystem::path& path) {
