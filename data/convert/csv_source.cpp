@@ -84,6 +84,14 @@ class CsvSource : public ConvertSource {
     rows_ = parse_csv(ss.str(), options.delimiter, path);
     TANDEM_CHECK(!rows_.empty(), ErrorCode::kInvalidArgument, "{} is empty: a CSV source needs a header line", path);
     header_ = std::move(rows_.front());
+    for (size_t c = 0; c < header_.size(); ++c) {
+      // Each column becomes the feature of its name: a repeated name would silently keep one.
+      auto first = std::find(header_.begin(), header_.begin() + static_cast<ptrdiff_t>(c), header_[c]);
+      TANDEM_CHECK(first == header_.begin() + static_cast<ptrdiff_t>(c), ErrorCode::kInvalidArgument,
+                   "{}: the header names column '{}' twice (columns {} and {}); each column becomes the feature of "
+                   "its name, so the names must differ: rename one",
+                   path, header_[c], (first - header_.begin()) + 1, c + 1);
+    }
     rows_.erase(rows_.begin());
     for (size_t r = 0; r < rows_.size(); ++r) {
       TANDEM_CHECK(rows_[r].size() == header_.size(), ErrorCode::kDataLoss, "{} data row {} has {} fields; the header has {}",

@@ -45,9 +45,12 @@ tjhandle thread_decoder() {
 }
 
 void check_claimed_size(std::string_view format, int64_t width, int64_t height, size_t bytes) {
-  TANDEM_CHECK(width > 0 && height > 0 && width * height <= kMaxImagePixels, ErrorCode::kDataLoss,
-               "{} header ({} bytes) claims {}x{} pixels, more than the {} (16384x16384) an image may have: a damaged "
-               "or hostile image",
+  TANDEM_CHECK(width > 0 && height > 0, ErrorCode::kDataLoss,
+               "{} header ({} bytes) claims {}x{} pixels, an empty image: a truncated or damaged file", format, bytes,
+               width, height);
+  TANDEM_CHECK(width * height <= kMaxImagePixels, ErrorCode::kDataLoss,
+               "{} header ({} bytes) claims {}x{} pixels, more than the {} an image may have (PIL's "
+               "decompression-bomb limit): a damaged or hostile image",
                format, bytes, width, height, kMaxImagePixels);
 }
 

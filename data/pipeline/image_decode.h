@@ -48,9 +48,10 @@ struct JpegScale {
   int den = 1;
 };
 
-// The most pixels an encoded image may claim (16384 x 16384): its header's size is checked before
-// anything is allocated, so a few hundred bytes claiming 65500 x 65500 are an error, not gigabytes.
-inline constexpr int64_t kMaxImagePixels = int64_t{1} << 28;
+// The most pixels an encoded image may claim: PIL's decompression-bomb limit (Image.MAX_IMAGE_PIXELS,
+// 89,478,485: about 9459 x 9459, 256 MiB of RGB). Its header's size is checked before anything is
+// allocated, so a few hundred bytes claiming 16384 x 16384 are an error, not gigabytes.
+inline constexpr int64_t kMaxImagePixels = 89478485;
 
 // Whether a JPEG's data reaches its end: an EOI marker (FF D9) after the first scan's start. Inside
 // entropy-coded data every FF byte is stuffed (FF 00), so an EOI there is the end; the segments

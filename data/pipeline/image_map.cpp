@@ -54,6 +54,12 @@ void decode_jpeg_for(std::string_view bytes, const ImageMapOptions& o, Generator
 void decode_raw(const FeatureView& f, const ImageMapOptions& o, Image* out) {
   TANDEM_CHECK(o.raw_shape.size() == 3, ErrorCode::kInvalidArgument,
                "image format raw needs raw_shape (H, W, C), got {} values", o.raw_shape.size());
+  for (int64_t side : o.raw_shape) {
+    // Checked before any product: a negative side would wrap the byte count into a match.
+    TANDEM_CHECK(side >= 1 && side <= 65535, ErrorCode::kInvalidArgument,
+                 "image format raw: raw_shape [{}, {}, {}] needs sides from 1 to 65535", o.raw_shape[0],
+                 o.raw_shape[1], o.raw_shape[2]);
+  }
   out->height = static_cast<int>(o.raw_shape[0]);
   out->width = static_cast<int>(o.raw_shape[1]);
   out->channels = static_cast<int>(o.raw_shape[2]);
@@ -172,6 +178,13 @@ Generator element_generator(uint64_t seed, int replica, const Element& element) 
 }
 
 MapFn make_image_map(ImageMapOptions options) {
+  const AugmentOptions& a = options.augment;
+  for (size_t i = 0; a.normalize && i < a.mean.size(); ++i) {
+    // A NaN mean trains NaN first-layer weights while ReLU keeps the loss finite: refused here.
+    TANDEM_CHECK(std::isfinite(a.mean[i]) && std::isfinite(a.std[i]) && a.std[i] > 0.0f, ErrorCode::kInvalidArgument,
+                 "image normalisation: mean[{}] = {} and std[{}] = {}; both must be finite numbers and std positive",
+                 i, a.mean[i], i, a.std[i]);
+  }
   std::vector<std::string> keys{options.image_key};
   if (!options.label_key.empty()) keys.push_back(options.label_key);
   return [options, keys](Element in) {

@@ -32,6 +32,12 @@ int64_t as_count(const YAML::Node& n, const std::string& p, int64_t min) {
 
 int64_t as_int(const YAML::Node& n, const std::string& p, int64_t min) { return yaml::as_int(n, p, min); }
 
+// An image side or padding: JPEG and PNG sides stop at 65535, and the int fields hold no more.
+constexpr int64_t kMaxImageSide = 65535;
+int as_side(const YAML::Node& n, const std::string& p, int64_t min) {
+  return static_cast<int>(yaml::as_int_in(n, p, min, kMaxImageSide));
+}
+
 // A count of threads: 100,000 once aborted the process starting them. No machine this runs on has a
 // tenth of kMaxThreads cores; autotune picks what the budget allows.
 constexpr int64_t kMaxThreads = 1024;
@@ -66,7 +72,7 @@ yaml::Keys augment_keys(AugmentOptions& a) {
          a.crop_range.ratio_min = v[0];
          a.crop_range.ratio_max = v[1];
        }},
-      {"crop_padding", [&](auto& n, auto& p) { a.crop_padding = static_cast<int>(as_int(n, p, 0)); }},
+      {"crop_padding", [&](auto& n, auto& p) { a.crop_padding = as_side(n, p, 0); }},
       {"horizontal_flip", [&](auto& n, auto& p) { a.horizontal_flip = as_bool(n, p); }},
   };
 }
@@ -79,12 +85,16 @@ yaml::Keys image_keys(ImageMapOptions& im) {
       {"format", [&](auto& n, auto& p) { im.format = with_path(n, p, parse_image_format); }},
       {"accept_truncated_jpeg", [&](auto& n, auto& p) { im.accept_truncated_jpeg = as_bool(n, p); }},
       {"raw_shape", [&](auto& n, auto& p) {
-         auto v = floats(n, p, 3);
-         im.raw_shape = {static_cast<int64_t>(v[0]), static_cast<int64_t>(v[1]), static_cast<int64_t>(v[2])};
+         TANDEM_CHECK(n.IsSequence() && n.size() == 3, ErrorCode::kInvalidArgument,
+                      "{}: expected [height, width, channels]", where(n, p));
+         im.raw_shape.clear();
+         for (size_t i = 0; i < 3; ++i) {
+           im.raw_shape.push_back(as_side(n[i], fmt::format("{}[{}]", p, i), 1));
+         }
        }},
-      {"height", [&](auto& n, auto& p) { a.height = static_cast<int>(as_int(n, p, 0)); }},
-      {"width", [&](auto& n, auto& p) { a.width = static_cast<int>(as_int(n, p, 0)); }},
-      {"channels", [&](auto& n, auto& p) { a.channels = static_cast<int>(as_int(n, p, 1)); }},
+      {"height", [&](auto& n, auto& p) { a.height = as_side(n, p, 0); }},
+      {"width", [&](auto& n, auto& p) { a.width = as_side(n, p, 0); }},
+      {"channels", [&](auto& n, auto& p) { a.channels = static_cast<int>(yaml::as_int_in(n, p, 1, 3)); }},
       {"layout", [&](auto& n, auto& p) { a.layout = with_path(n, p, parse_image_layout); }},
       {"normalize", [&](auto& n, auto& p) { a.normalize = as_bool(n, p); }},
       {"mean", [&](auto& n, auto& p) { auto v = floats(n, p, 3); std::copy(v.begin(), v.end(), a.mean.begin()); }},

@@ -1,6 +1,7 @@
 #include "engine/core/yaml_walk.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -9,16 +10,25 @@
 namespace tandem::yaml {
 namespace {
 
-// A copy of node built from plain values, so it has no source mark.
-YAML::Node without_marks(const YAML::Node& node) {
+// An override's value is a key's value: a few nodes. YAML aliases repeat a node without copying
+// it, so a short text can stand for billions of nodes ("billion laughs"); the copy stops here.
+constexpr int64_t kMaxOverrideNodes = 100000;
+
+// A copy of node built from plain values, so it has no source mark. `budget` counts nodes left.
+YAML::Node without_marks(const YAML::Node& node, int64_t& budget) {
+  TANDEM_CHECK(--budget >= 0, ErrorCode::kInvalidArgument,
+               "--set: the value expands to more than {} YAML nodes (aliases such as *a repeat a node); give the "
+               "value itself", kMaxOverrideNodes);
   if (node.IsSequence()) {
     YAML::Node out(YAML::NodeType::Sequence);
-    for (const auto& item : node) out.push_back(without_marks(item));
+    for (const auto& item : node) out.push_back(without_marks(item, budget));
     return out;
   }
   if (node.IsMap()) {
     YAML::Node out(YAML::NodeType::Map);
-    for (const auto& item : node) out[scalar<std::string>(item.first, "override", "a key name")] = without_marks(item.second);
+    for (const auto& item : node) {
+      out[scalar<std::string>(item.first, "override", "a key name")] = without_marks(item.second, budget);
+    }
     return out;
   }
   if (node.IsNull()) return YAML::Node(YAML::NodeType::Null);
@@ -55,6 +65,13 @@ int64_t as_int(const YAML::Node& node, const std::string& path, int64_t min) {
   return v;
 }
 
+int64_t as_int_in(const YAML::Node& node, const std::string& path, int64_t min, int64_t max) {
+  auto v = scalar<int64_t>(node, path, "an integer");
+  TANDEM_CHECK(v >= min && v <= max, ErrorCode::kInvalidArgument, "{}: must be in [{}, {}], got {}", where(node, path),
+               min, max, v);
+  return v;
+}
+
 double as_number(const YAML::Node& node, const std::string& path, double min, double max) {
   auto v = scalar<double>(node, path, "a number");
   TANDEM_CHECK(v >= min && v <= max, ErrorCode::kInvalidArgument, "{}: must be in [{}, {}], got {}",
@@ -67,7 +84,11 @@ std::vector<double> as_numbers(const YAML::Node& node, const std::string& path, 
                "{}: expected a list of {} numbers", where(node, path), count == 0 ? "" : std::to_string(count));
   std::vector<double> out;
   for (size_t i = 0; i < node.size(); ++i) {
-    out.push_back(scalar<double>(node[i], fmt::format("{}[{}]", path, i), "a number"));
+    const std::string item = fmt::format("{}[{}]", path, i);
+    out.push_back(scalar<double>(node[i], item, "a number"));
+    // .nan and .inf are YAML numbers, but no list of numbers in a config means them.
+    TANDEM_CHECK(std::isfinite(out.back()), ErrorCode::kInvalidArgument, "{}: expected a finite number, got {}",
+                 where(node[i], item), node[i].Scalar());
   }
   return out;
 }
@@ -137,7 +158,8 @@ void apply_override(YAML::Node& root, const std::string& assignment) {
   TANDEM_CHECK(eq != std::string::npos && eq > 0, ErrorCode::kInvalidArgument,
                "--set '{}': expected key.path=value", assignment);
   std::string path = assignment.substr(0, eq);
-  YAML::Node value = without_marks(load(assignment.substr(eq + 1), "--set " + path));
+  int64_t budget = kMaxOverrideNodes;
+  YAML::Node value = without_marks(load(assignment.substr(eq + 1), "--set " + path), budget);
   std::vector<std::string> parts;
   for (size_t start = 0;;) {
     size_t dot = path.find('.', start);

@@ -32,8 +32,11 @@ T scalar(const YAML::Node& node, const std::string& path, std::string_view what)
 bool as_bool(const YAML::Node& node, const std::string& path);
 std::string as_string(const YAML::Node& node, const std::string& path);
 int64_t as_int(const YAML::Node& node, const std::string& path, int64_t min);
+// An integer in [min, max]: what a narrower field (an int, a size) can hold is checked here, never
+// wrapped by a cast (4294967324 read into an int is 28).
+int64_t as_int_in(const YAML::Node& node, const std::string& path, int64_t min, int64_t max);
 double as_number(const YAML::Node& node, const std::string& path, double min, double max);
-// A list of exactly `count` numbers (count 0: any length).
+// A list of exactly `count` finite numbers (count 0: any length).
 std::vector<double> as_numbers(const YAML::Node& node, const std::string& path, size_t count = 0);
 std::vector<int64_t> as_ints(const YAML::Node& node, const std::string& path, int64_t min);
 // One string, or a list of strings.

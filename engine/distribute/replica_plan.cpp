@@ -13,6 +13,8 @@
 namespace tandem::distribute {
 namespace {
 
+constexpr int kMaxCpuReplicas = 1024;
+
 int parse_count(std::string_view text, std::string_view what) {
   int value = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
@@ -61,7 +63,13 @@ std::vector<Device> gpu_devices(const ReplicaPlanRequest& r) {
 
 // CPU replicas: cpu:N, or one replica when devices names GPUs that are not being used.
 int cpu_replica_count(const std::string& devices) {
-  return devices.starts_with("cpu:") ? parse_count(std::string_view(devices).substr(4), "CPU replica count") : 1;
+  if (!devices.starts_with("cpu:")) return 1;
+  const int count = parse_count(std::string_view(devices).substr(4), "CPU replica count");
+  // Checked before any per-replica vector is built: each replica is a thread with its own model.
+  TANDEM_CHECK(count <= kMaxCpuReplicas, ErrorCode::kInvalidArgument,
+               "devices: cpu:{} asks for more than the {} CPU replicas this runs (one thread and one model each)",
+               count, kMaxCpuReplicas);
+  return count;
 }
 
 void plan_batch(ReplicaPlan& plan, const ReplicaPlanRequest& r) {

@@ -3,6 +3,7 @@
 #include "engine/train/config.h"
 
 #include <algorithm>
+#include <charconv>
 #include <limits>
 
 #include "engine/core/suggest.h"
@@ -59,39 +60,58 @@ std::string devices_text(const YAML::Node& n, const std::string& p) {
   }
   std::string v = as_string(n, p);
   if (v == "all") return v;
+  // A count in [1, max], read without std::stoi (whose out_of_range once reached the user as "stoi").
+  auto count_in = [](std::string_view text, int64_t max) {
+    int64_t value = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    return ec == std::errc() && end == text.data() + text.size() && value >= 1 && value <= max;
+  };
   if (v.starts_with("cpu:")) {
-    TANDEM_CHECK(v.size() > 4 && v.find_first_not_of("0123456789", 4) == std::string::npos && std::stoi(v.substr(4)) > 0,
-                 ErrorCode::kInvalidArgument, "{}: '{}': cpu:N needs a positive replica count", yaml::where(n, p), v);
+    TANDEM_CHECK(count_in(std::string_view(v).substr(4), 1024), ErrorCode::kInvalidArgument,
+                 "{}: '{}': cpu:N needs a replica count from 1 to 1024", yaml::where(n, p), v);
     return v;
   }
-  TANDEM_CHECK(!v.empty() && v.find_first_not_of("0123456789") == std::string::npos && std::stoi(v) > 0,
-               ErrorCode::kInvalidArgument, "{}: '{}': use all, a count, a list such as [0, 1], or cpu:N",
-               yaml::where(n, p), v);
+  TANDEM_CHECK(count_in(v, 64), ErrorCode::kInvalidArgument,
+               "{}: '{}': use all, a GPU count from 1 to 64, a list such as [0, 1], or cpu:N", yaml::where(n, p), v);
   return v;
+}
+
+// Model sizes: far above any model trained here, and far below what overflows a tensor's element
+// count or an int (2^62 once wrapped a shape's count and wrote past a small allocation).
+constexpr int64_t kMaxWidth = int64_t{1} << 24;  // classes, features, vocabulary, context
+constexpr int64_t kMaxSide = 65535;              // image sides, patch sides, channels in
+constexpr int64_t kMaxLayers = 4096;             // layers, heads
+int64_t as_dim(const YAML::Node& n, const std::string& p, int64_t min, int64_t max) {
+  return yaml::as_int_in(n, p, min, max);
+}
+std::vector<int64_t> as_dims(const YAML::Node& n, const std::string& p, int64_t max) {
+  std::vector<int64_t> out = yaml::as_ints(n, p, 1);
+  for (size_t i = 0; i < out.size(); ++i) as_dim(n[i], fmt::format("{}[{}]", p, i), 1, max);
+  return out;
 }
 
 Keys model_keys(ModelConfig& m) {
   return {
       {"name", [&](auto& n, auto& p) { m.name = as_string(n, p); }},
-      {"num_classes", [&](auto& n, auto& p) { m.num_classes = as_int(n, p, 2); }},
-      {"in_channels", [&](auto& n, auto& p) { m.in_channels = as_int(n, p, 1); }},
-      {"input_size", [&](auto& n, auto& p) { m.input_size = as_int(n, p, 1); }},
-      {"hidden", [&](auto& n, auto& p) { m.hidden = yaml::as_ints(n, p, 1); }},
+      {"num_classes", [&](auto& n, auto& p) { m.num_classes = as_dim(n, p, 2, kMaxWidth); }},
+      {"in_channels", [&](auto& n, auto& p) { m.in_channels = as_dim(n, p, 1, kMaxSide); }},
+      {"input_size", [&](auto& n, auto& p) { m.input_size = as_dim(n, p, 1, kMaxSide); }},
+      {"hidden", [&](auto& n, auto& p) { m.hidden = as_dims(n, p, kMaxWidth); }},
       {"channels_last", [&](auto& n, auto& p) { m.channels_last = as_bool(n, p); }},
       // vit (torchvision's names; image_size is input_size)
-      {"image_size", [&](auto& n, auto& p) { m.input_size = as_int(n, p, 1); }},
-      {"patch_size", [&](auto& n, auto& p) { m.patch_size = as_int(n, p, 1); }},
-      {"num_layers", [&](auto& n, auto& p) { m.num_layers = as_int(n, p, 1); }},
-      {"num_heads", [&](auto& n, auto& p) { m.num_heads = as_int(n, p, 1); }},
-      {"hidden_dim", [&](auto& n, auto& p) { m.hidden_dim = as_int(n, p, 1); }},
-      {"mlp_dim", [&](auto& n, auto& p) { m.mlp_dim = as_int(n, p, 1); }},
+      {"image_size", [&](auto& n, auto& p) { m.input_size = as_dim(n, p, 1, kMaxSide); }},
+      {"patch_size", [&](auto& n, auto& p) { m.patch_size = as_dim(n, p, 1, kMaxSide); }},
+      {"num_layers", [&](auto& n, auto& p) { m.num_layers = as_dim(n, p, 1, kMaxLayers); }},
+      {"num_heads", [&](auto& n, auto& p) { m.num_heads = as_dim(n, p, 1, kMaxLayers); }},
+      {"hidden_dim", [&](auto& n, auto& p) { m.hidden_dim = as_dim(n, p, 1, kMaxWidth); }},
+      {"mlp_dim", [&](auto& n, auto& p) { m.mlp_dim = as_dim(n, p, 1, kMaxWidth); }},
       {"attention_dropout", [&](auto& n, auto& p) { m.attention_dropout = as_float(n, p, 0.0, 0.999); }},
       // gpt (nanoGPT's GPTConfig)
-      {"block_size", [&](auto& n, auto& p) { m.block_size = as_int(n, p, 1); }},
-      {"vocab_size", [&](auto& n, auto& p) { m.vocab_size = as_int(n, p, 1); }},
-      {"n_layer", [&](auto& n, auto& p) { m.n_layer = as_int(n, p, 1); }},
-      {"n_head", [&](auto& n, auto& p) { m.n_head = as_int(n, p, 1); }},
-      {"n_embd", [&](auto& n, auto& p) { m.n_embd = as_int(n, p, 1); }},
+      {"block_size", [&](auto& n, auto& p) { m.block_size = as_dim(n, p, 1, kMaxWidth); }},
+      {"vocab_size", [&](auto& n, auto& p) { m.vocab_size = as_dim(n, p, 1, kMaxWidth); }},
+      {"n_layer", [&](auto& n, auto& p) { m.n_layer = as_dim(n, p, 1, kMaxLayers); }},
+      {"n_head", [&](auto& n, auto& p) { m.n_head = as_dim(n, p, 1, kMaxLayers); }},
+      {"n_embd", [&](auto& n, auto& p) { m.n_embd = as_dim(n, p, 1, kMaxWidth); }},
       {"bias", [&](auto& n, auto& p) { m.bias = as_bool(n, p); }},
       {"dropout", [&](auto& n, auto& p) { m.dropout = as_float(n, p, 0.0, 0.999); }},
   };
@@ -174,7 +194,8 @@ Keys checkpoint_keys(CheckpointConfig& c) {
   return {
       {"dir", [&](auto& n, auto& p) { c.dir = as_string(n, p); }},
       {"every_steps", [&](auto& n, auto& p) { c.every_steps = as_int(n, p, 0); }},
-      {"keep_last", [&](auto& n, auto& p) { c.keep_last = as_int(n, p, 0); }},  // 0 keeps all
+      // 0 keeps all; an int in the manager, so bounded here rather than wrapped
+      {"keep_last", [&](auto& n, auto& p) { c.keep_last = yaml::as_int_in(n, p, 0, 1 << 20); }},
       {"resume", [&](auto& n, auto& p) { c.resume = as_string(n, p); }},
   };
 }

@@ -172,6 +172,25 @@ TEST(Convert, CsvColumnsBecomeTypedFeatures) {
   EXPECT_THROW(open_csv_source(tmp.file("bad.csv"), options), Error);
 }
 
+TEST(Convert, ACsvHeaderNamingAColumnTwiceIsRefused) {
+  // Each column becomes the feature of its name: the second "x" silently replaced the first.
+  testing::TempDir tmp;
+  testing::write_file(tmp.file("dup.csv"), "x,label,x\n1,a,2\n3,b,4\n");
+  CsvOptions options;
+  options.label_column = "label";
+  try {
+    open_csv_source(tmp.file("dup.csv"), options);
+    FAIL() << "a header with two columns named x was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("dup.csv: the header names column 'x' twice (columns 1 and 3)"),
+              std::string::npos)
+        << e.what();
+  }
+  testing::write_file(tmp.file("ok.csv"), "x,label,y\n1,a,2\n");
+  EXPECT_EQ(open_csv_source(tmp.file("ok.csv"), options)->size(), 1u);
+}
+
 std::string png_header(uint32_t w, uint32_t h, uint8_t color_type) {
   std::string ihdr = "IHDR" + be32(w) + be32(h) + std::string{8, static_cast<char>(color_type), 0, 0, 0};
   uint32_t crc = static_cast<uint32_t>(crc32(0, reinterpret_cast<const Bytef*>(ihdr.data()), static_cast<uInt>(ihdr.size())));

@@ -68,11 +68,53 @@ TEST(PipelineConfigYaml, AbsurdThreadCountsAreRefusedNotStarted) {
 }
 
 TEST(PipelineConfigYaml, AZeroOrNegativeStdIsRefused) {
-  for (const char* std : {"[0, 0, 0]", "[0.5, -1, 0.5]", "[0.5, 0.5, .nan]"}) {
+  for (const char* std : {"[0, 0, 0]", "[0.5, -1, 0.5]"}) {
     std::string msg = error_of(std::string("data:\n  files: x\n  image:\n    std: ") + std + "\n");
     EXPECT_NE(msg.find("data.image.std (line 4): every value must be a positive number"), std::string::npos) << msg;
   }
+  // A NaN is refused as a number first, as a NaN mean is.
+  std::string msg = error_of("data:\n  files: x\n  image:\n    std: [0.5, 0.5, .nan]\n");
+  EXPECT_NE(msg.find("data.image.std[2] (line 4): expected a finite number, got .nan"), std::string::npos) << msg;
   EXPECT_EQ(error_of("data:\n  files: x\n  image:\n    std: [0.25, 0.5, 1]\n"), "");
+}
+
+TEST(PipelineConfigYaml, ANonFiniteMeanIsRefused) {
+  // A NaN mean passed through to every normalised pixel, and from there to the weights.
+  std::string msg = error_of("data:\n  files: x\n  image:\n    mean: [.nan, 0.5, 0.5]\n");
+  EXPECT_NE(msg.find("data.image.mean[0] (line 4): expected a finite number, got .nan"), std::string::npos) << msg;
+  msg = error_of("data:\n  files: x\n  image:\n    mean: [0.5, -.inf, 0.5]\n");
+  EXPECT_NE(msg.find("data.image.mean[1] (line 4): expected a finite number"), std::string::npos) << msg;
+  PipelineConfig c = parse_pipeline_config("data:\n  files: x\n  image:\n    mean: [0.5, -0.25, 2]\n");
+  EXPECT_FLOAT_EQ(c.image.augment.mean[1], -0.25f);
+}
+
+TEST(PipelineConfigYaml, ImageSidesAndChannelsMustFitTheirFields) {
+  // 4294967324 read into an int was 28: a config asking for 4 G rows trained on 28 x 28 crops.
+  std::string msg = error_of("data:\n  files: x\n  image:\n    height: 4294967324\n");
+  EXPECT_NE(msg.find("data.image.height (line 4): must be in [0, 65535], got 4294967324"), std::string::npos) << msg;
+  msg = error_of("data:\n  files: x\n  image:\n    width: 65536\n");
+  EXPECT_NE(msg.find("data.image.width (line 4): must be in [0, 65535]"), std::string::npos) << msg;
+  msg = error_of("data:\n  files: x\n  image:\n    augment: {crop_padding: 4294967300}\n");
+  EXPECT_NE(msg.find("data.image.augment.crop_padding (line 4): must be in [0, 65535]"), std::string::npos) << msg;
+  msg = error_of("data:\n  files: x\n  image:\n    channels: 4\n");
+  EXPECT_NE(msg.find("data.image.channels (line 4): must be in [1, 3], got 4"), std::string::npos) << msg;
+  PipelineConfig c = parse_pipeline_config(
+      "data:\n  files: x\n  image:\n    height: 65535\n    width: 0\n    channels: 1\n");
+  EXPECT_EQ(c.image.augment.height, 65535);
+  EXPECT_EQ(c.image.augment.width, 0);
+  EXPECT_EQ(c.image.augment.channels, 1);
+}
+
+TEST(PipelineConfigYaml, RawShapeIsThreeWholeSidesInRange) {
+  // Read as floats and cast: -1 x -1 x 3 multiplied to a 3-byte image and 1.5 channels became 1.
+  std::string msg = error_of("data:\n  files: x\n  image:\n    raw_shape: [-1, -1, 3]\n");
+  EXPECT_NE(msg.find("data.image.raw_shape[0] (line 4): must be in [1, 65535], got -1"), std::string::npos) << msg;
+  msg = error_of("data:\n  files: x\n  image:\n    raw_shape: [28, 28, 1.5]\n");
+  EXPECT_NE(msg.find("data.image.raw_shape[2] (line 4): expected an integer, got '1.5'"), std::string::npos) << msg;
+  msg = error_of("data:\n  files: x\n  image:\n    raw_shape: [28, 28]\n");
+  EXPECT_NE(msg.find("data.image.raw_shape (line 4): expected [height, width, channels]"), std::string::npos) << msg;
+  PipelineConfig c = parse_pipeline_config("data:\n  files: x\n  image:\n    raw_shape: [28, 28, 1]\n");
+  EXPECT_EQ(c.image.raw_shape, (std::vector<int64_t>{28, 28, 1}));
 }
 
 TEST(PipelineConfigYaml, GlobalBatchSplitsOverReplicas) {

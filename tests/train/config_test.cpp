@@ -178,3 +178,30 @@ TEST(Config, ThreadsPerReplicaPinsTheCountAndOversubscriptionIsAWarning) {
 
 }  // namespace
 }  // namespace tandem::train
+
+namespace tandem::train {
+namespace {
+
+// Sizes read into narrower fields are bounded where they are read: model keys near 2^62 once
+// overflowed a shape's element count (SIGSEGV), an out-of-range device count read "stoi", and
+// cpu:200000000 built a 1.6 GB vector before any check.
+TEST(ConfigTest, SizesAreBoundedWhereTheyAreRead) {
+  std::string e = error_of("train: {global_batch_size: 8}\nmodel: {name: mlp, hidden: [4611686018427387904]}");
+  EXPECT_NE(e.find("model.hidden[0]"), std::string::npos) << e;
+  EXPECT_NE(e.find("must be in [1, 16777216]"), std::string::npos) << e;
+  e = error_of("train: {global_batch_size: 8}\nmodel: {name: gpt, n_embd: 4611686018427387904}");
+  EXPECT_NE(e.find("model.n_embd (line 2): must be in [1, 16777216]"), std::string::npos) << e;
+  e = error_of("train: {global_batch_size: 8}\nmodel: {name: resnet20, num_classes: 4611686018427387904}");
+  EXPECT_NE(e.find("model.num_classes (line 2)"), std::string::npos) << e;
+  e = error_of("train: {global_batch_size: 8}\ndevices: '99999999999'");
+  EXPECT_EQ(e.find("stoi"), std::string::npos) << e;
+  EXPECT_NE(e.find("a GPU count from 1 to 64"), std::string::npos) << e;
+  e = error_of("train: {global_batch_size: 8}\ndevices: cpu:200000000");
+  EXPECT_NE(e.find("cpu:N needs a replica count from 1 to 1024"), std::string::npos) << e;
+  e = error_of("train: {global_batch_size: 8}\ncheckpoint: {keep_last: 4294967297}");
+  EXPECT_NE(e.find("checkpoint.keep_last (line 2): must be in [0, 1048576]"), std::string::npos) << e;
+  EXPECT_EQ(parse("train: {global_batch_size: 8}\ndevices: cpu:2").device.devices, "cpu:2");
+}
+
+}  // namespace
+}  // namespace tandem::train
