@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <limits>
 #include <set>
 #include <thread>
 
@@ -96,15 +97,57 @@ std::vector<int> cuda_indices(const distribute::ReplicaPlan& plan) {
   return out;
 }
 
+// The data positions a resumed run trusts to skip what was trained: each replica's epoch is the
+// checkpoint's, its batch count is a non-negative integer that (when the epoch's length is known)
+// fits in the epoch, and every replica is at the same batch. An edited or damaged meta.json would
+// otherwise train other data with no error.
+void check_resume_positions(const CheckpointMeta& meta, const std::filesystem::path& path, int64_t steps_per_epoch,
+                            int64_t global_batch) {
+  auto fail = [&](size_t replica, const std::string& what) {
+    throw_error(ErrorCode::kDataLoss,
+                "checkpoint {}: meta.json's replicas[{}].data_position {}; the run cannot know which data it trained. "
+                "Resume from another checkpoint (checkpoint.resume: a step directory) or start afresh",
+                path.string(), replica, what);
+  };
+  std::optional<int64_t> first_batches;
+  for (size_t r = 0; r < meta.replicas.size(); ++r) {
+    const nlohmann::json& p = meta.replicas[r].data_position;
+    if (!p.is_object()) fail(r, "is not an object");
+    for (const char* key : {"epoch", "batches", "global_batch"}) {
+      if (p.contains(key) && !p[key].is_number_integer()) fail(r, fmt::format("\"{}\" is not an integer", key));
+    }
+    const int64_t epoch = p.value("epoch", meta.epoch);
+    const int64_t batches = p.value("batches", int64_t{0});
+    const int64_t batch = p.value("global_batch", global_batch);
+    if (epoch != meta.epoch) fail(r, fmt::format("is in epoch {}, the checkpoint in epoch {}", epoch, meta.epoch));
+    if (batch <= 0) fail(r, fmt::format("has global_batch {}", batch));
+    if (batches < 0 || batches > std::numeric_limits<int64_t>::max() / batch) {
+      fail(r, fmt::format("counts {} batches of {} into the epoch", batches, batch));
+    }
+    // Examples into the epoch: at most one epoch's (a last partial batch may round up once).
+    if (steps_per_epoch > 0 && batches > (steps_per_epoch + 1) * global_batch / batch + 1) {
+      fail(r, fmt::format("counts {} batches of {} into an epoch of {} steps of {}", batches, batch, steps_per_epoch,
+                          global_batch));
+    }
+    if (first_batches && batches != *first_batches) {
+      fail(r, fmt::format("counts {} batches, replica 0 {}: replicas step together", batches, *first_batches));
+    }
+    first_batches = batches;
+  }
+}
+
 void log_replica_change(const CheckpointMeta& resume, const distribute::ReplicaPlan& plan) {
   TANDEM_CHECK(!resume.replicas.empty(), ErrorCode::kDataLoss, "checkpoint of step {} holds no replica state",
                resume.step);
-  if (static_cast<int>(resume.replicas.size()) == plan.replicas()) return;
   const auto& position = resume.replicas.front().data_position;
+  const int64_t saved_batch = position.value("global_batch", plan.global_batch_size);
+  if (static_cast<int>(resume.replicas.size()) == plan.replicas() && saved_batch == plan.global_batch_size) return;
   int64_t examples = examples_into_epoch(resume.replicas.front(), plan.global_batch_size);
-  spdlog::info("the checkpoint was written by {} replica(s), this run has {}: it continues from the same global "
-               "position, {} examples into epoch {}, with this run's sharding",
-               resume.replicas.size(), plan.replicas(), examples, position.value("epoch", resume.epoch) + 1);
+  // A batch-size change is the run's, not the data source's: it continues from the global position.
+  spdlog::info("the checkpoint was written by {} replica(s) with global batch {}, this run has {} with {}: it continues "
+               "from the same global position, {} examples into epoch {}, with this run's sharding",
+               resume.replicas.size(), saved_batch, plan.replicas(), plan.global_batch_size, examples,
+               position.value("epoch", resume.epoch) + 1);
   if (examples % plan.global_batch_size != 0) {
     spdlog::warn("{} examples is not a whole number of global batches of {}: the last {} are seen again", examples,
                  plan.global_batch_size, examples % plan.global_batch_size);
@@ -123,15 +166,25 @@ void open_gpu_monitor(Trainer::Shared& s) {
   s.gpu_idle_warned.assign(s.gpu_indices.size(), 0);
 }
 
+// Process 0's choice, made once the directory is known to hold one run's checkpoints only.
+std::optional<std::filesystem::path> checked_resume(Trainer::Shared& s) {
+  std::optional<std::filesystem::path> found = resolve_resume(s.setup.config.checkpoint.resume, *s.checkpoints);
+  std::optional<std::string> run;
+  if (found) run = validate_checkpoint(*found).run_id;
+  check_one_run(*s.checkpoints, run);
+  // A checkpoint from before run ids gets a new one: its older siblings are left alone by keep_last.
+  s.checkpoints->set_run_id(run && !run->empty() ? *run : new_run_id());
+  return found;
+}
+
 // The checkpoint to resume from. Process 0 decides (resume: auto may see another newest one than a
 // process started a moment later) and tells the others its absolute path ("" for none), or why it
 // could not, so that nobody waits for an answer that never comes.
 std::optional<std::filesystem::path> agreed_resume(Trainer::Shared& s) {
-  const std::string& resume = s.setup.config.checkpoint.resume;
-  if (!s.link) return resolve_resume(resume, *s.checkpoints);
+  if (!s.link) return checked_resume(s);
   std::optional<std::filesystem::path> mine;
   const std::string said = s.link->rendezvous().share_from_process_zero("resume", "resume", [&] {
-    mine = resolve_resume(resume, *s.checkpoints);
+    mine = checked_resume(s);
     return mine ? std::filesystem::absolute(*mine).string() : std::string();
   });
   if (s.link->rank() == 0) return mine;
@@ -216,6 +269,7 @@ Trainer::Trainer(TrainerSetup setup) {
                         .owner = s.setup.processes.rank == 0});
   if (auto path = agreed_resume(s)) {
     s.resume = validate_checkpoint(*path);
+    check_resume_positions(*s.resume, *path, s.setup.steps_per_epoch, s.setup.plan.global_batch_size);
     s.resume_path = *path;  // the replicas load exactly this directory, not their own of that step
     // Epochs counted from 1, as every other log line counts them.
     spdlog::info("resuming from {} (step {}, {} epoch(s) complete: the run goes on in epoch {})", path->string(),

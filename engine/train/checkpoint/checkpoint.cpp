@@ -7,6 +7,9 @@
 #include <algorithm>
 #include <charconv>
 #include <chrono>
+#include <map>
+
+#include <fmt/ranges.h>
 
 #include "engine/train/checkpoint/fs.h"
 #include "engine/train/checkpoint/posix.h"
@@ -20,10 +23,7 @@ constexpr std::string_view kStepPrefix = "step-";
 constexpr std::string_view kTemporaryPrefix = ".tmp-";
 
 void write_text_file(const std::filesystem::path& path, const std::string& text) {
-  posix::File file = posix::File::create(path);
-  file.write_all(text.data(), text.size());
-  file.sync();
-  file.close();
+  posix::write_file_atomically(path, text);
 }
 
 nlohmann::json file_record(const std::filesystem::path& path, size_t tensors) {
@@ -84,6 +84,7 @@ std::filesystem::path CheckpointManager::save(nn::Module& model, const optim::Op
     if (!replica_buffers.empty()) write_safetensors(tmp / kReplicaBuffersFile, replica_buffers, {{"format", "pt"}});
 
     CheckpointMeta full = meta;
+    if (full.run_id.empty()) full.run_id = run_id_;
     full.optimizer = optimizer.options().name;
     full.optimizer_steps = optimizer.steps_taken();
     full.lr = optimizer.lr();
@@ -170,8 +171,14 @@ void CheckpointManager::remove_temporaries() const {
 void CheckpointManager::prune(const std::filesystem::path& just_saved) const {
   if (options_.keep_last <= 0) return;
   std::vector<std::filesystem::path> others;
-  for (const auto& p : complete_checkpoints()) {
-    if (p != just_saved) others.push_back(p);
+  for (const auto& e : scan()) {
+    if (e.path == just_saved) continue;
+    try {
+      // Another run's checkpoint is never this run's to remove (check_one_run keeps runs apart).
+      if (validate_checkpoint(e.path).run_id == run_id_) others.push_back(e.path);
+    } catch (const std::exception&) {
+      // Not complete: neither listed nor counted towards keep_last.
+    }
   }
   // The one just saved always stays; of the others, the newest keep_last - 1 stay too.
   size_t keep_others = static_cast<size_t>(options_.keep_last - 1);
@@ -189,6 +196,32 @@ void CheckpointManager::prune(const std::filesystem::path& just_saved) const {
       spdlog::warn("checkpoint: could not remove {} for keep_last {}: {}", p.string(), options_.keep_last, e.what());
     }
   }
+}
+
+}  // namespace tandem::train
+
+namespace tandem::train {
+
+void check_one_run(const CheckpointManager& manager, const std::optional<std::string>& run_id) {
+  std::map<std::string, std::filesystem::path> newest_of_run;  // run id -> its newest checkpoint
+  for (const auto& path : manager.complete_checkpoints()) {
+    const std::string id = validate_checkpoint(path).run_id;
+    if (!run_id || id != *run_id) newest_of_run[id] = path;
+  }
+  if (newest_of_run.empty()) return;
+  std::vector<std::string> runs;
+  for (const auto& [id, path] : newest_of_run) {
+    runs.push_back(fmt::format("{} (newest {})", id.empty() ? "a run from before run ids" : "run " + id,
+                               path.filename().string()));
+  }
+  throw_error(ErrorCode::kFailedPrecondition,
+              "checkpoint directory {} holds checkpoints of {}, and this {}: checkpoints of different runs never "
+              "share a directory (keep_last would prune one run's for the other's, and resume: auto would continue "
+              "the wrong one). Resume that run (checkpoint.resume: auto), give this run its own directory (--run-dir "
+              "or output.run_dir; checkpoint.dir if set), or move the old checkpoints away",
+              manager.dir().string(), fmt::join(runs, ", "),
+              run_id ? fmt::format("run resumes run {}", run_id->empty() ? "from before run ids" : *run_id)
+                     : std::string("run starts fresh"));
 }
 
 }  // namespace tandem::train

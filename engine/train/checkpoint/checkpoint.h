@@ -44,6 +44,10 @@ class CheckpointManager {
   CheckpointManager(std::filesystem::path dir, CheckpointOptions options);
 
   const std::filesystem::path& dir() const { return dir_; }
+  // The run this manager saves for: stamped into every checkpoint's meta.json, and keep_last prunes
+  // only checkpoints of this run (never another run's that shares the directory).
+  void set_run_id(std::string run_id) { run_id_ = std::move(run_id); }
+  const std::string& run_id() const { return run_id_; }
   std::filesystem::path path_for_step(int64_t step) const;  // dir/step-00001200
 
   // Writes the model's state_dict, the optimizer's state and meta (its optimizer, lr, version and
@@ -79,6 +83,7 @@ class CheckpointManager {
 
   std::filesystem::path dir_;
   CheckpointOptions options_;
+  std::string run_id_;
 };
 
 // "step-00001200": a checkpoint's directory name, and the step back from one (nullopt otherwise).
@@ -97,6 +102,12 @@ void update_checkpoint_meta(const std::filesystem::path& checkpoint, const Check
 // Reads both tensor files whole, verifying every tensor's checksum (safetensors.h): DataLoss names
 // the damaged tensor. resume: auto runs it on its candidate, so a damaged newest one is skipped.
 void verify_checkpoint_data(const std::filesystem::path& checkpoint);
+
+// Checkpoints of one run only: throws FailedPrecondition when the manager's directory holds a
+// complete checkpoint whose run id is not `run_id` (for a fresh run, nullopt: any checkpoint at all),
+// naming the runs found and what to do. A fresh run there would have its checkpoints pruned by
+// keep_last in favour of the older run's, and resume: auto would continue the older run.
+void check_one_run(const CheckpointManager& manager, const std::optional<std::string>& run_id);
 
 // The checkpoint a `resume:` setting names: "auto" the newest complete and undamaged one (or none), "" or
 // "none" none, anything else a checkpoint directory that must be complete.

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <ctime>
 #include <limits>
+#include <random>
 
 #include "engine/core/error.h"
 #include "engine/core/version.h"
@@ -84,6 +85,14 @@ ReplicaState replica_from_json(const Reader& r, const nlohmann::json& j, size_t 
 
 std::string tandem_version() { return std::string(version()); }
 
+std::string new_run_id() {
+  const auto now = std::chrono::system_clock::now().time_since_epoch();
+  const auto nanos = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(now).count());
+  std::random_device device;
+  const uint64_t random = (static_cast<uint64_t>(device()) << 32) ^ device();
+  return fmt::format("{:016x}{:016x}", nanos, random);
+}
+
 int64_t examples_into_epoch(const ReplicaState& state, int64_t fallback_global_batch) {
   const nlohmann::json& p = state.data_position;
   return p.value("batches", int64_t{0}) * p.value("global_batch", fallback_global_batch);
@@ -119,6 +128,7 @@ nlohmann::json meta_to_json(const CheckpointMeta& meta) {
           {"lr_scale", meta.lr_scale},
           {"callbacks", meta.callbacks},
           {"config", meta.config}};
+  if (!meta.run_id.empty()) out["run_id"] = meta.run_id;
   if (meta.interval_start >= 0) out["train_interval"] = {{"start", meta.interval_start}, {"sums", meta.interval_sums}};
   return out;
 }
@@ -150,6 +160,7 @@ CheckpointMeta meta_from_json(const nlohmann::json& j, const std::filesystem::pa
   m.config = r.string_at(j, "config", "config");
   // Written since callbacks exist; older checkpoints have neither.
   if (j.contains("lr_scale")) m.lr_scale = r.number_at(j, "lr_scale", "lr_scale");
+  if (j.contains("run_id")) m.run_id = r.string_at(j, "run_id", "run_id");  // written since 2026-12-05
   if (j.contains("evaluated_step")) m.evaluated_step = r.int_at(j, "evaluated_step", "evaluated_step");
   if (j.contains("train_interval")) {  // written since 2026-12-04
     const auto& interval = r.object_at(j, "train_interval", "train_interval");

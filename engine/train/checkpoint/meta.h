@@ -48,7 +48,14 @@ struct CheckpointMeta {
   double lr = 0;
   std::string tandem_version;
   std::string saved_at;  // UTC, ISO 8601
+  // The run that wrote it: made when a run starts fresh, kept by every run resumed from it, so
+  // keep_last and resume: auto never take another run's checkpoint for this one's. "" for
+  // checkpoints written before run ids existed.
+  std::string run_id;
 };
+
+// A new run id: 16 hex digits of the time and 16 of std::random_device.
+std::string new_run_id();
 
 // The global position a replica's data position records: the examples of its epoch that all
 // replicas together have consumed, batches x global batch (fallback_global_batch for positions
