@@ -23,7 +23,8 @@ Pairs split_windows(ExecutionContext& ctx, const Tensor& tokens) {
 
 }  // namespace
 
-LanguageModeling::LanguageModeling(ModelConfig model) : model_(std::move(model)) {}
+LanguageModeling::LanguageModeling(ModelConfig model, float label_smoothing)
+    : model_(std::move(model)), label_smoothing_(label_smoothing) {}
 
 std::vector<std::string> LanguageModeling::eval_metrics() const {
   return {"loss", "perplexity", model_.vocab_size == 256 ? "bits_per_byte" : "bits_per_token"};
@@ -35,7 +36,7 @@ autograd::Variable LanguageModeling::train_step(TaskStep& step, nn::Module& mode
   // The loss contract: the sum of this replica's token losses over the global batch's tokens.
   const int64_t global_tokens = step.global_batch_size * p.targets.dim(1);
   autograd::Variable logits = model.forward(step.ctx, autograd::Variable(p.inputs));
-  autograd::Variable loss = autograd::cross_entropy_loss(step.ctx, logits, p.targets, 0.0f, global_tokens);
+  autograd::Variable loss = autograd::cross_entropy_loss(step.ctx, logits, p.targets, label_smoothing_, global_tokens);
   add_to_sum(step, 0, loss.value(), static_cast<float>(global_tokens));
   add_to_sum(step, 1, static_cast<double>(tokens));
   return loss;

@@ -16,7 +16,9 @@ inline constexpr std::string_view kTokens = "tokens";
 
 class LanguageModeling : public Task {
  public:
-  explicit LanguageModeling(ModelConfig model);
+  // label_smoothing: the training loss's (train.label_smoothing), as PyTorch's CrossEntropyLoss
+  // applies it over the vocabulary; evaluation reports the plain loss, so perplexity stays perplexity.
+  explicit LanguageModeling(ModelConfig model, float label_smoothing = 0.0f);
 
   std::vector<std::string> train_metrics() const override { return {"loss"}; }
   std::string throughput_unit() const override { return "tok"; }  // the predicted tokens
@@ -33,6 +35,7 @@ class LanguageModeling : public Task {
 
  private:
   ModelConfig model_;
+  float label_smoothing_ = 0.0f;
 };
 
 }  // namespace tandem::train

@@ -119,10 +119,15 @@ class ReplicaLoop {
   // everywhere): a NaN or infinite training loss stops the run (train.on_nan_loss: fail) or is
   // warned about once (warn).
   void check_loss_is_finite(const Tensor& summed_stats);
+  // NaN or inf in a parameter (finite_guard.h), handled as a NaN loss is (train.on_nan_loss).
+  void check_parameters_are_finite();
+  // The resumed checkpoint has this run's replica count and global batch: each replica takes its own
+  // saved position (and the resumed batch's fingerprint is checked); else the global position counts.
+  bool same_batches_as_checkpoint() const;
   // From a checkpoint's log interval: where it started and its sums (carried by global replica 0).
   void resume_log_interval(const CheckpointMeta& resume);
   // Micro-batch `index` of train.grad_accumulation_steps: a view of its share of the batch's rows.
-  Batch micro_batch(const Batch& batch, int64_t index) const;
+  Batch micro_batch(const Batch& batch, int64_t index, int64_t count) const;
   // One replica (no bucketer): parameters no gradient reached get zeros, named once.
   void fill_missing_gradients();
   // Replicas 1..R-1's running statistics for the checkpoint, when they differ from replica 0's
@@ -182,6 +187,7 @@ class ReplicaLoop {
   std::optional<double> last_train_loss_;  // none until a log line measured it
   int64_t last_log_step_ = 0;  // the step of the last log line (the start of the next interval)
   bool nan_loss_warned_ = false;
+  bool nan_parameters_warned_ = false;
   std::set<std::string> warned_no_grad_;
   std::vector<double> step_times_;
   StepBreakdown timed_breakdown_;

@@ -14,6 +14,7 @@
 #include "engine/distribute/sync_batchnorm.h"
 #include "engine/nn/init.h"
 #include "engine/train/evaluation.h"
+#include "engine/train/finite_guard.h"
 #include "engine/train/progress.h"
 #include "engine/train/replica.h"
 
@@ -68,7 +69,7 @@ void ReplicaLoop::setup() {
     // reports its evaluation, not nothing.
     if (lead()) shared_.summary.final_metrics = shared_.resume->metrics;
     lr_scale_ = static_cast<float>(shared_.resume->lr_scale);
-    if (static_cast<int>(saved.size()) == plan_.replicas()) {
+    if (same_batches_as_checkpoint()) {
       const nlohmann::json& position = saved[static_cast<size_t>(global_rank_)].data_position;
       resume_fingerprint_of_ = position.value("fingerprint_of", std::string());
       resume_fingerprint_ = position.value("fingerprint", uint32_t{0});
@@ -219,14 +220,21 @@ void ReplicaLoop::run_epochs() {
   }
 }
 
+bool ReplicaLoop::same_batches_as_checkpoint() const {
+  const auto& saved = shared_.resume->replicas;
+  // Another global batch counts its batches in other units, even with the same replica count.
+  return static_cast<int>(saved.size()) == plan_.replicas() &&
+         saved.front().data_position.value("global_batch", plan_.global_batch_size) == plan_.global_batch_size;
+}
+
 std::pair<int64_t, int64_t> ReplicaLoop::resume_position() const {
   if (!shared_.resume) return {0, 0};
   const auto& saved = shared_.resume->replicas;
-  if (static_cast<int>(saved.size()) == plan_.replicas()) {
+  if (same_batches_as_checkpoint()) {
     const auto& mine = saved[static_cast<size_t>(global_rank_)].data_position;
     return {mine.value("epoch", shared_.resume->epoch), mine.value("batches", int64_t{0})};
   }
-  // Another replica count: the same number of the epoch's examples is consumed, in this run's
+  // Another replica count or global batch: the same number of the epoch's examples is consumed, in this run's
   // order, as if the epoch had run with this many replicas from its start.
   int64_t examples = examples_into_epoch(saved.front(), plan_.global_batch_size);
   return {saved.front().data_position.value("epoch", shared_.resume->epoch), examples / plan_.global_batch_size};
@@ -390,11 +398,14 @@ void ReplicaLoop::train_step(const Batch& batch) {
   // train.grad_accumulation_steps: micro-batches whose gradients add up in the parameters, only the
   // last backward reducing them (DDP's no_sync). Each micro-batch's loss keeps the global batch as
   // its divisor, so the sum over micro-batches and replicas is the global batch's mean.
-  const int64_t micro_batches = config_.loop.grad_accumulation_steps;
+  // A last, partial batch (data.drop_remainder: false) may have fewer rows than micro-batches: then
+  // each row is one, so none is empty and none is dropped.
+  const int64_t micro_batches = std::min(config_.loop.grad_accumulation_steps, std::max<int64_t>(batch.size(), 1));
   for (int64_t m = 0; m < micro_batches; ++m) {
     const bool last = m + 1 == micro_batches;
     if (bucketer_) bucketer_->set_reducing(last);
-    autograd::Variable loss = task_.train_step(step, *model_, micro_batches == 1 ? batch : micro_batch(batch, m));
+    autograd::Variable loss =
+        task_.train_step(step, *model_, micro_batches == 1 ? batch : micro_batch(batch, m, micro_batches));
     if (last) timer_->forward_done();  // earlier micro-batches' backward counts as forward time
     loss.backward(ctx_.get());
   }
@@ -402,16 +413,18 @@ void ReplicaLoop::train_step(const Batch& batch) {
   reduce_and_update();
 }
 
-Batch ReplicaLoop::micro_batch(const Batch& batch, int64_t index) const {
-  // Every tensor of the batch leads with the examples, in either layout: micro-batch `index` is a
-  // view of its rows (the batch stays alive for the step).
+Batch ReplicaLoop::micro_batch(const Batch& batch, int64_t index, int64_t count) const {
+  // Every tensor of the batch leads with the examples, in either layout: micro-batch `index` of
+  // `count` is a view of rows [index * n / count, (index + 1) * n / count), so every row is in one
+  // (a partial last batch need not divide). The batch stays alive for the step.
   Batch out;
   for (const auto& [name, t] : batch.tensors()) {
-    const int64_t rows = t.dim(0) / config_.loop.grad_accumulation_steps;
+    const int64_t n = t.dim(0);
+    const int64_t begin = index * n / count, rows = (index + 1) * n / count - begin;
     Shape shape = t.shape();
     shape[0] = rows;
-    const size_t row_bytes = rows > 0 ? t.nbytes() / static_cast<size_t>(t.dim(0)) : 0;
-    void* start = static_cast<char*>(t.raw_data()) + static_cast<size_t>(index * rows) * row_bytes;
+    const size_t row_bytes = n > 0 ? t.nbytes() / static_cast<size_t>(n) : 0;
+    void* start = static_cast<char*>(t.raw_data()) + static_cast<size_t>(begin) * row_bytes;
     out.set(name, Tensor::borrow(start, shape, t.dtype(), t.device(), t.format()));
   }
   return out;
@@ -475,6 +488,8 @@ void ReplicaLoop::report_step(int64_t epoch, int64_t step_in_epoch) {
     stats_.zero_();
     host_comm_->all_reduce(host_stats_, distribute::ReduceOp::kSum);
     check_loss_is_finite(host_stats_);
+    // One pass over the weights: at log lines only, not at every redraw of a terminal's bar.
+    if (step_ % config_.loop.log_every_steps == 0) check_parameters_are_finite();
     last_log_step_ = step_;
   }
   if (!lead()) return;
@@ -534,6 +549,24 @@ void ReplicaLoop::check_loss_is_finite(const Tensor& summed_stats) {
               "{}: stopped before any later checkpoint could save these weights. {}; or set train.on_nan_loss: "
               "warn to train on",
               where, why);
+}
+
+void ReplicaLoop::check_parameters_are_finite() {
+  if (nan_parameters_warned_) return;
+  const std::string name = first_nonfinite_parameter(*ctx_, *model_);
+  if (name.empty()) return;
+  const std::string where = fmt::format("after step {} the parameter {} holds NaN or inf, though the loss may look "
+                                        "finite", step_, name);
+  const std::string why = "check the data's normalisation (data.image.mean and std), lower optimizer.lr or clip "
+                          "gradients (train.clip_grad_norm)";
+  if (config_.loop.on_nan_loss == "warn") {
+    if (lead()) spdlog::warn("{}; training on (train.on_nan_loss: warn): {}", where, why);
+    nan_parameters_warned_ = true;
+    return;
+  }
+  throw_error(ErrorCode::kFailedPrecondition,
+              "{}: stopped before any later checkpoint could save these weights. {}; or set train.on_nan_loss: warn "
+              "to train on", where, why);
 }
 
 std::string ReplicaLoop::report_gpus(double input_wait_fraction) {
@@ -623,7 +656,10 @@ void ReplicaLoop::checkpoint(int64_t epoch, int64_t batches_into_epoch, const Ba
   Tensor peek = Tensor::empty(host_stats_.shape());
   peek.copy_from(stats_);
   host_comm_->all_reduce(peek, distribute::ReduceOp::kSum);
-  if (config_.loop.on_nan_loss == "fail") check_loss_is_finite(peek);
+  if (config_.loop.on_nan_loss == "fail") {
+    check_loss_is_finite(peek);
+    check_parameters_are_finite();
+  }
   interval_sums_.clear();
   for (float v : peek.to_vector()) interval_sums_.push_back(v);
   last_checkpoint_step_ = step_;

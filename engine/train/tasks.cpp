@@ -6,7 +6,7 @@
 namespace tandem::train {
 
 std::shared_ptr<Task> make_task(const TrainConfig& config) {
-  if (config.model.name == "gpt") return std::make_shared<LanguageModeling>(config.model);
+  if (config.model.name == "gpt") return std::make_shared<LanguageModeling>(config.model, config.loop.label_smoothing);
   return std::make_shared<ImageClassification>(config.model, config.loop.label_smoothing);
 }
 

@@ -2,12 +2,15 @@
 // text): it learns, its evaluation reports perplexity exp(loss) and bits per byte, two replicas
 // train as one; and gradient accumulation: K micro-batches give the step one K-times batch gives,
 // on one replica and on two, and a K that does not divide the batch is refused naming the numbers.
+// The training loss applies train.label_smoothing as PyTorch's CrossEntropyLoss does.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <numbers>
 #include <string>
 
+#include "engine/autograd/ops.h"
+#include "engine/backend/ops.h"
 #include "engine/train/language_task.h"
 #include "tests/train/trainer_fixture.h"
 
@@ -97,6 +100,38 @@ TEST_F(TrainerTest, GradientAccumulationEqualsTheWholeBatch) {
               std::string::npos)
         << e.what();
   }
+}
+
+}  // namespace
+}  // namespace tandem::train
+
+namespace tandem::train {
+namespace {
+
+// train.label_smoothing reached the image task only: the GPT's training loss hard-coded 0.
+TEST(LanguageModelingTask, TrainingLossAppliesLabelSmoothing) {
+  const ModelConfig m{.name = "gpt", .block_size = 16, .vocab_size = 256, .n_layer = 1, .n_head = 2, .n_embd = 16};
+  auto model = models::create_model(m);
+  ExecutionContext ctx(Device::cpu(), 1);
+  TokenSource source(0, 1, 4);
+  source.start_epoch(0);
+  Batch batch;
+  ASSERT_TRUE(source.next(batch));
+  auto loss_with = [&](float smoothing) {
+    LanguageModeling task(m, smoothing);
+    Tensor sums = Tensor::zeros({2});
+    const Tensor one = Tensor::from_vector({1.0f}, Shape{});
+    TaskStep step{ctx, 4, sums, one};
+    return static_cast<double>(task.train_step(step, *model, batch).value().to_vector()[0]);
+  };
+  // PyTorch's smoothing over V classes: (1 - s) * CE + s * mean_k(-log p_k), per token.
+  const Tensor tokens = batch.at(kTokens);
+  autograd::Variable logits = model->forward(ctx, autograd::Variable(backend::narrow(ctx, tokens, 1, 0, kWindow - 1)));
+  const Tensor targets = backend::narrow(ctx, tokens, 1, 1, kWindow - 1);
+  const double reference =
+      autograd::cross_entropy_loss(ctx, logits, targets, 0.1f, 4 * (kWindow - 1)).value().to_vector()[0];
+  EXPECT_NE(loss_with(0.1f), loss_with(0.0f));
+  EXPECT_NEAR(loss_with(0.1f), reference, 1e-6 * std::fabs(reference));
 }
 
 }  // namespace

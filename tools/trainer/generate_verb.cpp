@@ -1,9 +1,13 @@
 // `trainer generate --checkpoint DIR [--prompt TEXT] [--max-new-tokens N] [--temperature T]
 // [--top-k K] [--seed S] [--device cpu|cuda] [--no-cache]`: continues a prompt with a trained GPT,
 // printing each new byte as it comes. The model is built from the config the checkpoint keeps.
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
+#include "engine/core/error.h"
 #include "tools/trainer/text_generation.h"
 #include "tools/trainer/verb_device.h"
 #include "tools/trainer/verbs.h"
@@ -17,16 +21,33 @@ struct GenerateArgs {
   bool no_cache = false;
 };
 
+// The reader of stdout went away (`generate | head`): generation stops, as a program killed by
+// SIGPIPE would (SIGPIPE is ignored so that training can save a checkpoint instead of dying).
+struct StdoutClosed {};
+
+void write_out(std::string_view bytes) {
+  const bool ok = std::fwrite(bytes.data(), 1, bytes.size(), stdout) == bytes.size() && std::fflush(stdout) == 0;
+  if (ok) return;
+  if (errno == EPIPE) throw StdoutClosed{};
+  throw_error(ErrorCode::kUnavailable, "generate: writing to standard output failed: {}", std::strerror(errno));
+}
+
 int run_generate(GenerateArgs args) {
   args.request.checkpoint = args.checkpoint;
   args.request.device = verb_device("generate", args.device);
   args.request.options.use_cache = !args.no_cache;
-  std::fwrite(args.request.prompt.data(), 1, args.request.prompt.size(), stdout);
-  generate_text(args.request, [](char c) {
-    std::fputc(static_cast<unsigned char>(c), stdout);
-    std::fflush(stdout);
-  });
-  std::fputc('\n', stdout);
+  try {
+    bool started = false;
+    generate_text(args.request, [&](char c) {
+      // The prompt goes out with the first new byte, once generate_text has accepted it.
+      if (!started) write_out(args.request.prompt);
+      started = true;
+      write_out(std::string_view(&c, 1));
+    });
+    write_out("\n");
+  } catch (const StdoutClosed&) {
+    return 128 + SIGPIPE;  // as a shell reports a process SIGPIPE ended
+  }
   return 0;
 }
 

@@ -72,19 +72,22 @@ nlohmann::json run_summary_json(const train::RunSummary& s) {
   int64_t n = s.timed_steps;
   nlohmann::json final_metrics = nlohmann::json::object();
   for (const auto& [name, value] : s.final_metrics) final_metrics[name] = value;
+  // No timed step (every step was warm-up): no figure was measured, so none is written; a 0 would
+  // read as a measured rate.
+  const nlohmann::json none(nullptr);
   return {
-      {"images_per_sec", s.images_per_sec},
+      {"images_per_sec", n > 0 ? nlohmann::json(s.images_per_sec) : none},
       {"throughput_unit", s.throughput_unit},
-      {"step_time_ms", {{"p50", s.step_time_p50_ms}, {"p95", s.step_time_p95_ms}}},
+      {"step_time_ms", n > 0 ? nlohmann::json{{"p50", s.step_time_p50_ms}, {"p95", s.step_time_p95_ms}} : none},
       {"timed_steps", n},
-      {"breakdown",
-       {{"input_wait", phase(b.input_wait, total, n)},
-        {"copy", phase(b.copy, total, n)},
-        {"forward", phase(b.forward, total, n)},
-        {"backward", phase(b.backward, total, n)},
-        {"all_reduce", phase(b.all_reduce, total, n)},
-        {"optimizer", phase(b.optimizer, total, n)}}},
-      {"input_bound_verdict", train::input_bound_verdict(total > 0 ? b.input_wait / total : 0.0)},
+      {"breakdown", n > 0 ? nlohmann::json{{"input_wait", phase(b.input_wait, total, n)},
+                                           {"copy", phase(b.copy, total, n)},
+                                           {"forward", phase(b.forward, total, n)},
+                                           {"backward", phase(b.backward, total, n)},
+                                           {"all_reduce", phase(b.all_reduce, total, n)},
+                                           {"optimizer", phase(b.optimizer, total, n)}}
+                          : none},
+      {"input_bound_verdict", n > 0 ? nlohmann::json(train::input_bound_verdict(total > 0 ? b.input_wait / total : 0.0)) : none},
       {"final_metrics", final_metrics},
       {"replicas", s.replicas},
       {"processes", s.processes},

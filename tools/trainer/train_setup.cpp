@@ -98,7 +98,10 @@ std::vector<std::unique_ptr<BatchSource>> make_sources(data::PipelineConfig conf
                "replica(s) (train.global_batch_size {}), so no epoch would give a training step: lower "
                "train.global_batch_size, or add records to data.files",
                fewest_rank, fewest, plan.per_replica_batch_size, plan.replicas(), plan.global_batch_size);
-  *steps_per_epoch = fewest / plan.per_replica_batch_size;
+  // drop_remainder: false trains a last, partial batch too: one more step, which the schedule must
+  // count (a floor here left the run's last steps at lr 0).
+  const int64_t per = plan.per_replica_batch_size;
+  *steps_per_epoch = config.drop_remainder ? fewest / per : (fewest + per - 1) / per;
   return sources;
 }
 
