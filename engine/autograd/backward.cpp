@@ -84,6 +84,52 @@ std::vector<Tensor> run_backward(Node& node, const Tensor& dy,
   return node.backward(dy);
 }
 
+// PyTorch's check: an input written in place since its op's forward (an optimizer step, copy_from,
+// zero_) would give gradients of values the forward never used.
+void check_versions(const Node& node) {
+  for (size_t i = 0; i < node.inputs.size() && i < node.input_versions.size(); ++i) {
+    const Tensor& value = node.inputs[i].value();
+    if (!value.defined() || value.version() == node.input_versions[i]) continue;
+    const std::string& name = node.inputs[i].name();
+    throw_error(ErrorCode::kFailedPrecondition,
+                "backward of op '{}': its input {}{} ({}) was modified in place after the forward pass (version {}, "
+                "the forward saw version {}): an optimizer step, copy_from or zero_ ran between this forward and its "
+                "backward. Run the forward again after changing the weights",
+                node.op, i, name.empty() ? std::string() : " '" + name + "'", value.describe(), value.version(),
+                node.input_versions[i]);
+  }
+}
+
+// The leaves one backward pass accumulates into, claimed for its duration: a second pass through
+// the same parameters at the same time (two threads, one module) would race on their gradients.
+class LeafClaims {
+ public:
+  explicit LeafClaims(const std::vector<VariablePtr>& order) {
+    for (const VariablePtr& v : order) {
+      if (v->grad_fn || !v->requires_grad) continue;
+      if (v->in_backward.exchange(true, std::memory_order_acq_rel)) {
+        release();
+        throw_error(ErrorCode::kFailedPrecondition,
+                    "backward: another backward pass is running through parameter '{}' ({}) at this moment (a second "
+                    "thread using the same module); their gradients would race. Give each thread its own copy of "
+                    "the model (as the Trainer's replicas have), or run the backward passes one after another",
+                    v->name, v->value.describe());
+      }
+      claimed_.push_back(v);
+    }
+  }
+  ~LeafClaims() { release(); }
+  LeafClaims(const LeafClaims&) = delete;
+  LeafClaims& operator=(const LeafClaims&) = delete;
+
+ private:
+  void release() {
+    for (const VariablePtr& v : claimed_) v->in_backward.store(false, std::memory_order_release);
+    claimed_.clear();
+  }
+  std::vector<VariablePtr> claimed_;
+};
+
 }  // namespace
 
 void Variable::backward(ExecutionContext* ctx_in) {
@@ -92,21 +138,23 @@ void Variable::backward(ExecutionContext* ctx_in) {
                value().describe());
   TANDEM_CHECK(value().numel() == 1, ErrorCode::kInvalidArgument,
                "backward needs a scalar loss, got {}; reduce it first (sum or mean)", value().describe());
-  check_not_freed(*data_, nullptr);
+  const VariablePtr& self = root();
+  check_not_freed(*self, nullptr);
   std::optional<ExecutionContext> own_ctx;
   if (ctx_in == nullptr) own_ctx.emplace(value().device(), 1);
   ExecutionContext& ctx = ctx_in ? *ctx_in : *own_ctx;
 
   std::vector<VariablePtr> order;
   std::unordered_map<VariableData*, int> uses;
-  order_graph(data_, order, uses);
+  order_graph(self, order, uses);
+  LeafClaims claims(order);
 
   Tensor seed = Tensor::empty(value().shape(), DType::kF32, value().device());
   backend::fill(ctx, 1.0f, seed);
-  std::unordered_map<VariableData*, Tensor> pending{{data_.get(), seed}};
+  std::unordered_map<VariableData*, Tensor> pending{{self.get(), seed}};
   if (is_leaf()) {
-    data_->grad = accumulate(ctx, data_->grad, seed);
-    for (auto& hook : data_->grad_ready_hooks) hook(*this);
+    self->grad = accumulate(ctx, self->grad, seed);
+    for (auto& hook : self->grad_ready_hooks) hook(*this);
     return;
   }
 
@@ -115,6 +163,7 @@ void Variable::backward(ExecutionContext* ctx_in) {
     if (!v->grad_fn) continue;  // leaves were finished as their last gradient arrived
     Tensor dy = std::move(pending[v.get()]);
     pending.erase(v.get());
+    check_versions(*v->grad_fn);
     std::shared_ptr<Node> node = std::move(v->grad_fn);  // frees the node's saved tensors when done
     v->graph_freed = true;
     std::vector<Tensor> dxs = run_backward(*node, dy, pending);

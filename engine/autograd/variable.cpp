@@ -21,16 +21,30 @@ void Variable::throw_empty() {
 }
 
 const Tensor& Variable::grad() const {
-  TANDEM_CHECK(held().grad.defined(), ErrorCode::kFailedPrecondition,
-               "variable '{}' ({}) has no gradient: it requires none, or backward has not reached it", data_->name,
-               data_->value.describe());
-  return data_->grad;
+  const VariableData& d = held();
+  TANDEM_CHECK(d.grad.defined(), ErrorCode::kFailedPrecondition,
+               "variable '{}' ({}) has no gradient: it requires none, or backward has not reached it", d.name,
+               d.value.describe());
+  return d.grad;
 }
 
 void Variable::register_grad_ready_hook(std::function<void(Variable&)> hook) {
   TANDEM_CHECK(is_leaf() && requires_grad(), ErrorCode::kInvalidArgument,
-               "grad-ready hooks go on leaves that require a gradient; '{}' is not one", data_->name);
-  data_->grad_ready_hooks.push_back(std::move(hook));
+               "grad-ready hooks go on leaves that require a gradient; '{}' is not one", held().name);
+  held().grad_ready_hooks.push_back(std::move(hook));
+}
+
+void Variable::tie_to(const Variable& target) {
+  VariableData& mine = held();
+  const std::shared_ptr<VariableData>& theirs = target.root();
+  TANDEM_CHECK(theirs != nullptr, ErrorCode::kInvalidArgument, "tie_to: the target variable is empty");
+  if (&mine == theirs.get()) return;  // tied already
+  TANDEM_CHECK(mine.grad_fn == nullptr && theirs->grad_fn == nullptr, ErrorCode::kInvalidArgument,
+               "tie_to: only leaves (parameters) can be tied, not results of ops ('{}' to '{}')", mine.name,
+               theirs->name);
+  mine.tied_to = theirs;
+  mine.value = Tensor();
+  mine.grad = Tensor();
 }
 
 Variable make_op(std::string op, Tensor y, std::vector<Variable> inputs, BackwardFn backward,
@@ -50,6 +64,8 @@ Variable make_op(std::string op, Tensor y, std::vector<Variable> inputs, Backwar
   if (needs_grad) {
     auto node = std::make_shared<Node>();
     node->op = std::move(op);
+    node->input_versions.reserve(inputs.size());
+    for (const Variable& in : inputs) node->input_versions.push_back(in.value().version());
     node->inputs = std::move(inputs);
     node->backward = std::move(backward);
     node->backward_adding = std::move(backward_adding);

@@ -2,6 +2,8 @@
 // recorded node that knows how to send a gradient back to the op's inputs.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -26,6 +28,10 @@ using BackwardAddingFn = std::function<std::vector<Tensor>(const Tensor& dy, Ten
 struct Node {
   std::string op;                 // for error messages: "conv2d", "linear", ...
   std::vector<Variable> inputs;   // the op's inputs, held so the graph stays alive until backward
+  // Each input value's Tensor::version() when the op ran: backward refuses an input written in place
+  // since (an optimizer step or copy_from between forward and backward), as PyTorch's version
+  // counters do, instead of computing gradients from values the forward never saw.
+  std::vector<uint64_t> input_versions;
   BackwardFn backward;
   BackwardAddingFn backward_adding;  // optional
 };
@@ -38,6 +44,11 @@ struct VariableData {
   bool graph_freed = false;       // a backward ran through this op's node and released it
   std::string name;               // set for parameters, used by hooks and error messages
   std::vector<std::function<void(class Variable&)>> grad_ready_hooks;
+  // Set by Variable::tie_to: this parameter is now that one, for every handle to either.
+  std::shared_ptr<VariableData> tied_to;
+  // A backward pass is accumulating into this leaf's gradient: a second, concurrent one (another
+  // thread through the same module) is refused rather than racing on it.
+  std::atomic<bool> in_backward{false};
 };
 
 class Variable {
@@ -51,7 +62,7 @@ class Variable {
   const Tensor& value() const { return held().value; }
   Tensor& value() { return held().value; }  // in-place updates (optimizers) go through this
   const Shape& shape() const { return held().value.shape(); }
-  bool requires_grad() const { return data_ && data_->requires_grad; }
+  bool requires_grad() const { return data_ && root()->requires_grad; }
   bool is_leaf() const { return held().grad_fn == nullptr; }
   const std::string& name() const { return held().name; }
 
@@ -71,14 +82,24 @@ class Variable {
   // The same value, cut from the graph: no gradient flows through it.
   Variable detach() const { return Variable(held().value, false); }
 
-  VariableData* data() const { return data_.get(); }
-  const std::shared_ptr<VariableData>& shared_data() const { return data_; }
-  bool same_as(const Variable& other) const { return data_ == other.data_; }
+  VariableData* data() const { return root().get(); }
+  const std::shared_ptr<VariableData>& shared_data() const { return root(); }
+  bool same_as(const Variable& other) const { return root() == other.root(); }
+
+  // Weight tying: from now on this variable is `target` (its value, gradient and hooks), through
+  // this handle and every other handle to it, such as a layer's own copy. Its former value is freed.
+  void tie_to(const Variable& target);
 
  private:
+  // The data this handle stands for, following ties.
+  const std::shared_ptr<VariableData>& root() const {
+    const std::shared_ptr<VariableData>* d = &data_;
+    while (*d != nullptr && (*d)->tied_to != nullptr) d = &(*d)->tied_to;
+    return *d;
+  }
   VariableData& held() const {
     if (data_ == nullptr) throw_empty();
-    return *data_;
+    return *root();
   }
   [[noreturn]] static void throw_empty();
 

@@ -262,6 +262,10 @@ MaxPoolForward max_pool2d_forward(Ctx& ctx, const Pool2dParams& p, const Tensor&
   Shape y_shape = pool_output_shape(op, p, x.shape(), "x");
   auto fn = entry(table(ctx).max_pool2d_forward, op, ctx);
   MaxPoolForward out{like(ctx, y_shape, x.format()), Tensor()};
+  if (out.y.numel() == 0) {  // an empty batch: nothing to pool, and no library call on zero sizes
+    out.workspace = Tensor::empty({0}, DType::kU8, ctx.device());
+    return out;
+  }
   fn(ctx, p, x, out.y, out.workspace);
   return out;
 }
@@ -279,6 +283,7 @@ Tensor max_pool2d_backward(Ctx& ctx, const Pool2dParams& p, const Tensor& x_in, 
   check_same_format(op, "x", x, "dy", dy);
   auto fn = entry(table(ctx).max_pool2d_backward, op, ctx);
   Tensor dx = like(ctx, x.shape(), x.format());
+  if (dx.numel() == 0) return dx;
   fn(ctx, p, x, dy, workspace, dx);
   return dx;
 }

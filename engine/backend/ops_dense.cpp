@@ -14,6 +14,15 @@ void check_f32(std::string_view op, std::string_view arg, const Tensor& t, const
   check_tensor(op, arg, t, ctx, DType::kF32, -1, "");
 }
 
+// Empty products never reach a library (oneDNN divides by a zero dimension: SIGFPE): a result with
+// no elements is returned as it is, and a sum over K = 0 terms is zeros, as PyTorch gives.
+bool empty_product(Ctx& ctx, Tensor& out, int64_t k) {
+  if (out.numel() == 0) return true;
+  if (k != 0) return false;
+  fill(ctx, 0.0f, out);
+  return true;
+}
+
 }  // namespace
 
 Tensor matmul(Ctx& ctx, const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b) {
@@ -28,6 +37,7 @@ Tensor matmul(Ctx& ctx, const Tensor& a, const Tensor& b, bool transpose_a, bool
   auto fn = entry(table(ctx).matmul, op, ctx);
   Tensor c = like(ctx, {transpose_a ? a.dim(1) : a.dim(0), transpose_b ? b.dim(0) : b.dim(1)},
                   MemoryFormat::kContiguous);
+  if (empty_product(ctx, c, ka)) return c;
   fn(ctx, a, b, transpose_a, transpose_b, c);
   return c;
 }
@@ -42,6 +52,14 @@ Tensor linear_forward(Ctx& ctx, const Tensor& x, const Tensor& w, const Tensor& 
   if (b.defined()) check_vector(op, "b", b, ctx, w.dim(0), "outputs", "w", w.shape());
   auto fn = entry(table(ctx).linear_forward, op, ctx);
   Tensor y = like(ctx, {x.dim(0), w.dim(0)}, MemoryFormat::kContiguous);
+  if (y.numel() == 0) return y;
+  if (x.dim(1) == 0) {
+    // No input features: every row is the bias (or zeros), which the kernel gives for one zero feature.
+    Tensor one_x = Tensor::zeros({x.dim(0), 1}, x.dtype(), ctx.device());
+    Tensor one_w = Tensor::zeros({w.dim(0), 1}, DType::kF32, ctx.device());
+    fn(ctx, one_x, one_w, b, y);
+    return y;
+  }
   fn(ctx, x, w, b, y);
   return y;
 }
@@ -55,6 +73,7 @@ Tensor linear_backward_data(Ctx& ctx, const Tensor& dy, const Tensor& w) {
                dy.shape().str(), dy.dim(1));
   auto fn = entry(table(ctx).linear_backward_data, op, ctx);
   Tensor dx = like(ctx, {dy.dim(0), w.dim(1)}, MemoryFormat::kContiguous);
+  if (empty_product(ctx, dx, dy.dim(1))) return dx;
   fn(ctx, dy, w, dx);
   return dx;
 }
@@ -69,6 +88,16 @@ LinearWeightGrads linear_backward_weights(Ctx& ctx, const Tensor& x, const Tenso
   auto fn = entry(table(ctx).linear_backward_weights, op, ctx);
   LinearWeightGrads g{like(ctx, {dy.dim(1), x.dim(1)}, MemoryFormat::kContiguous), Tensor()};
   if (with_bias) g.db = like(ctx, {dy.dim(1)}, MemoryFormat::kContiguous);
+  if (x.dim(0) == 0 || dy.dim(1) == 0) {  // no rows: zero gradients; no outputs: nothing to compute
+    if (g.dw.numel() > 0) fill(ctx, 0.0f, g.dw);
+    if (with_bias && g.db.numel() > 0) fill(ctx, 0.0f, g.db);
+    return g;
+  }
+  if (x.dim(1) == 0) {  // no input features: dw is empty, db still sums dy (through one zero feature)
+    Tensor one_dw = like(ctx, {dy.dim(1), 1}, MemoryFormat::kContiguous);
+    fn(ctx, Tensor::zeros({x.dim(0), 1}, x.dtype(), ctx.device()), dy, one_dw, g.db);
+    return g;
+  }
   fn(ctx, x, dy, g.dw, g.db);
   return g;
 }

@@ -44,6 +44,9 @@ LayerNormForward layer_norm_forward(Ctx& ctx, const Tensor& x_in, int normalized
   LayerNormForward out{Tensor::empty(x.shape(), DType::kF32, ctx.device()),
                        Tensor::empty({rows}, DType::kF32, ctx.device()),
                        Tensor::empty({rows}, DType::kF32, ctx.device())};
+  TANDEM_CHECK(n > 0, ErrorCode::kInvalidArgument, "{}: the normalized shape of x {} holds no element", op,
+               x.shape().str());
+  if (rows == 0) return out;  // an empty batch: nothing to normalise, an empty result as PyTorch's
   Tensor x2 = x.reshape({rows, n});
   Tensor y2 = out.y.reshape({rows, n});
   Tensor g = gamma.defined() ? gamma.reshape({n}) : Tensor(), b = beta.defined() ? beta.reshape({n}) : Tensor();
@@ -60,6 +63,12 @@ LayerNormGrads layer_norm_backward(Ctx& ctx, const Tensor& x_in, const Tensor& d
   LayerNormGrads g{Tensor::empty(x.shape(), DType::kF32, ctx.device()), Tensor(), Tensor()};
   if (gamma.defined()) g.dweight = Tensor::empty(gamma.shape(), DType::kF32, ctx.device());
   if (with_bias) g.dbias = Tensor::empty(gamma.defined() ? gamma.shape() : Shape{n}, DType::kF32, ctx.device());
+  if (rows == 0 || x.numel() == 0) {  // an empty batch: no gradient for x, zeros for the affine terms
+    for (Tensor* t : {&g.dweight, &g.dbias}) {
+      if (t->defined() && t->numel() > 0) fill(ctx, 0.0f, *t);
+    }
+    return g;
+  }
   Tensor dx2 = g.dx.reshape({rows, n});
   Tensor dg = g.dweight.defined() ? g.dweight.reshape({n}) : Tensor();
   Tensor db = g.dbias.defined() ? g.dbias.reshape({n}) : Tensor();

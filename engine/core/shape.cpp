@@ -23,7 +23,13 @@ Shape::Shape(std::span<const int64_t> dims) {
 
 int64_t Shape::numel() const {
   int64_t n = 1;
-  for (int i = 0; i < rank_; ++i) n *= dims_[static_cast<size_t>(i)];
+  for (int i = 0; i < rank_; ++i) {
+    // Checked: a product past int64 (model sizes near 2^62) once wrapped to a small count, and the
+    // tensor's writes ran past a small allocation.
+    if (__builtin_mul_overflow(n, dims_[static_cast<size_t>(i)], &n)) {
+      throw_error(ErrorCode::kInvalidArgument, "shape {} has more elements than a 64-bit count holds", str());
+    }
+  }
   return n;
 }
 

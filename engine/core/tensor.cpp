@@ -43,6 +43,12 @@ bool Tensor::owns_storage_alone() const {
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, MemoryFormat format) {
   check_format(shape, format);
+  // 2^56 bytes is past any machine's memory, and far from size_t's end, so nbytes() cannot wrap.
+  constexpr int64_t kMaxBytes = int64_t{1} << 56;
+  TANDEM_CHECK(shape.numel() <= kMaxBytes / static_cast<int64_t>(dtype_size(dtype)), ErrorCode::kResourceExhausted,
+               "a tensor of shape {} and type {} needs {} elements of {} bytes, more memory than any machine has: "
+               "check the sizes that made it (a model key such as hidden, num_classes or n_embd?)",
+               shape.str(), dtype_name(dtype), shape.numel(), dtype_size(dtype));
   Tensor t;
   t.shape_ = shape;
   t.dtype_ = dtype;
@@ -104,6 +110,7 @@ void Tensor::copy_from(const Tensor& src, Stream* stream) {
   // A copy that touches a CUDA device goes through the CUDA services, host-to-host through the CPU's.
   DeviceType type = device().is_cpu() ? src.device().type : device().type;
   device_services(type).copy(raw_data(), device(), src.raw_data(), src.device(), nbytes(), stream);
+  bump_version();
 }
 
 void Tensor::record_stream(Stream& stream) const {
@@ -159,6 +166,7 @@ Tensor Tensor::to_format(MemoryFormat format) const {
 }
 
 void Tensor::zero_() {
+  bump_version();
   if (device().is_cpu()) {
     std::memset(raw_data(), 0, nbytes());
     return;

@@ -3,7 +3,9 @@
 // format says how it lies in memory (NCHW or NHWC). Copies between devices are explicit.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,8 +41,12 @@ class Storage {
   Device device() const { return device_; }
   // Work queued on `stream` uses this memory too: its reuse after free waits for that work.
   void record_stream(Stream& stream);
+  // Counts in-place writes (Tensor::bump_version), as PyTorch's version counter does.
+  uint64_t version() const { return version_.load(std::memory_order_relaxed); }
+  void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
 
  private:
+  std::atomic<uint64_t> version_{0};
   CachingAllocator* allocator_ = nullptr;
   void* data_ = nullptr;
   size_t bytes_ = 0;
@@ -104,6 +110,12 @@ class Tensor {
   std::vector<float> to_vector() const;
 
   bool shares_storage_with(const Tensor& other) const { return storage_ == other.storage_; }
+  // The storage's count of in-place writes: copy_from, zero_ and optimizer updates bump it, and the
+  // autograd tape compares it with what an op saw in its forward. 0 for an undefined tensor.
+  uint64_t version() const { return storage_ ? storage_->version() : 0; }
+  void bump_version() const {
+    if (storage_) storage_->bump_version();
+  }
   // No other tensor (no view, no copy of this handle) sees this memory, and it is ours, not
   // borrowed: writing into it in place cannot change a value anybody else holds.
   bool owns_storage_alone() const;

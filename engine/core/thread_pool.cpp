@@ -1,6 +1,7 @@
 #include "engine/core/thread_pool.h"
 
 #include <algorithm>
+#include <system_error>
 
 #include "engine/core/error.h"
 
@@ -10,16 +11,32 @@ ThreadPool::ThreadPool(int num_threads, std::string name) {
   TANDEM_CHECK(num_threads > 0, ErrorCode::kInvalidArgument, "thread pool '{}' needs at least one thread, got {}",
                name, num_threads);
   threads_.reserve(static_cast<size_t>(num_threads));
-  for (int i = 0; i < num_threads; ++i) threads_.emplace_back([this] { worker_loop(); });
+  for (int i = 0; i < num_threads; ++i) {
+    try {
+      threads_.emplace_back([this] { worker_loop(); });
+    } catch (const std::system_error& e) {
+      // The threads already started are stopped and joined here: a destructor never runs for a
+      // constructor that throws, and a joinable std::thread destroyed would abort the process.
+      stop_and_join();
+      throw_error(ErrorCode::kResourceExhausted,
+                  "thread pool '{}': starting thread {} of {} failed: {}; lower the thread count (num_parallel_calls, "
+                  "threads_per_replica) or raise the process's thread limit (ulimit -u)",
+                  name, i + 1, num_threads, e.what());
+    }
+  }
 }
 
-ThreadPool::~ThreadPool() {
+ThreadPool::~ThreadPool() { stop_and_join(); }
+
+void ThreadPool::stop_and_join() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
   }
   ready_.notify_all();
-  for (auto& t : threads_) t.join();
+  for (auto& t : threads_) {
+    if (t.joinable()) t.join();
+  }
 }
 
 void ThreadPool::enqueue(std::function<void()> task) {

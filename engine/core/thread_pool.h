@@ -39,6 +39,7 @@ class ThreadPool {
  private:
   void enqueue(std::function<void()> task);
   void worker_loop();
+  void stop_and_join();
 
   std::mutex mutex_;
   std::condition_variable ready_;

@@ -40,6 +40,9 @@ void Module::tie_parameter(const std::string& name, const Variable& shared) {
     TANDEM_CHECK(shared.defined() && shared.shape() == p->shape(), ErrorCode::kInvalidArgument,
                  "tie_parameter: '{}' is {} but the variable tied to it is {}", name, p->value().describe(),
                  shared.defined() ? shared.value().describe() : std::string("undefined"));
+    // Through the variable itself, not only this slot: a layer that kept its own handle to the
+    // parameter (Linear's weight_) reads the tied value in forward too.
+    p->tie_to(shared);
     *p = shared;
     return;
   }

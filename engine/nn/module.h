@@ -46,8 +46,8 @@ class Module {
 
   void zero_grad();
   // Makes this module's parameter `name` the very variable `shared` (weight tying): one tensor, one
-  // gradient, two names. The module must read the parameter through the slot register_parameter
-  // returned a reference to (as Embedding does), not through a copy of the handle.
+  // gradient, two names, for every handle to the parameter (Variable::tie_to), so the forward, the
+  // optimizer and the checkpoint all see the one tensor. The parameter's own former value is freed.
   void tie_parameter(const std::string& name, const Variable& shared);
   // Moves every parameter and floating-point buffer to device (an explicit copy; gradients are
   // dropped). Integer buffers (counters such as num_batches_tracked) stay on the host.

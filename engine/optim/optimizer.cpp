@@ -1,5 +1,6 @@
 #include "engine/optim/optimizer.h"
 
+#include <unordered_map>
 #include <unordered_set>
 
 #include "engine/backend/ops.h"
@@ -12,6 +13,21 @@ Optimizer::Optimizer(NamedParameters params, OptimizerOptions options, std::vect
   TANDEM_CHECK(options_.lr >= 0.0f && options_.weight_decay >= 0.0f, ErrorCode::kInvalidArgument,
                "optimizer {}: lr {} and weight_decay {} must not be negative", options_.name, options_.lr,
                options_.weight_decay);
+  // As PyTorch: "optimizer got an empty parameter list"; and one tensor given twice would be stepped twice.
+  TANDEM_CHECK(!params_.empty(), ErrorCode::kInvalidArgument,
+               "optimizer {}: the parameter list is empty, so a step would change nothing: pass the model's "
+               "named_parameters() (are they all frozen, or the module not built yet?)",
+               options_.name);
+  std::unordered_map<const autograd::VariableData*, const std::string*> seen;
+  for (const auto& [name, p] : params_) {
+    TANDEM_CHECK(p.defined(), ErrorCode::kInvalidArgument, "optimizer {}: parameter '{}' is an empty Variable",
+                 options_.name, name);
+    auto [it, fresh] = seen.emplace(p.data(), &name);
+    TANDEM_CHECK(fresh, ErrorCode::kInvalidArgument,
+                 "optimizer {}: parameters '{}' and '{}' are one tensor (given twice, or tied): each step would update "
+                 "it twice; pass each parameter once (Module::named_parameters() lists a tied one once)",
+                 options_.name, *it->second, name);
+  }
   Group decay{options_.weight_decay, {}}, no_decay{0.0f, {}};
   for (size_t i = 0; i < params_.size(); ++i) {
     bool skip = options_.exclude_norm_and_bias_from_weight_decay && params_[i].second.value().rank() <= 1;
@@ -66,6 +82,7 @@ void Optimizer::update_members(ExecutionContext& ctx, const std::function<bool(s
       for (size_t k = 0; k < state_names_.size(); ++k) state[k].push_back(state_[i][k]);
     }
     if (!w.empty()) update(ctx, g.weight_decay, w, dw, state);
+    for (const Tensor& t : w) t.bump_version();  // a graph recorded before this step can no longer backward
   }
 }
 
