@@ -144,7 +144,6 @@ std::string unique_temp_name(const std::string& path) {
 }  // namespace
 
 CacheFileWriter::CacheFileWriter(std::string path) : path_(std::move(path)), temp_(unique_temp_name(path_)) {
-  check_replaceable_output(path_, "cache file");
   // "x": O_EXCL, so a file or symlink planted at the temporary name is never followed or truncated.
   file_ = std::fopen(temp_.c_str(), "wbx");
   TANDEM_CHECK(file_ != nullptr, ErrorCode::kNotFound,
@@ -200,11 +199,15 @@ void CacheFileWriter::commit() {
   ok = ok && std::fflush(file_) == 0 && ::fsync(::fileno(file_)) == 0;
   ok = std::fclose(file_) == 0 && ok;
   file_ = nullptr;
-  try {
-    if (ok) check_replaceable_output(path_, "cache file");  // it may have become a FIFO or a device since
-  } catch (...) {
-    std::remove(temp_.c_str());
-    throw;
+  if (ok) {
+    // Only a missing or regular file is replaced: never a folder, FIFO, device or symlink there.
+    try {
+      check_replaceable_output(path_, "cache file");
+    } catch (const Error& e) {
+      std::remove(temp_.c_str());
+      throw_error(ErrorCode::kInvalidArgument, "cache file {}: completing it from {} failed: {}; change the cache path",
+                  path_, temp_, e.what());
+    }
   }
   if (!ok || std::rename(temp_.c_str(), path_.c_str()) != 0) {
     int err = errno;

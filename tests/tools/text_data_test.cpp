@@ -3,9 +3,12 @@
 // giving every replica batches of "tokens", and the whole path through the built `trainer`: a GPT
 // trained on text, then `trainer eval` and `trainer generate` from its checkpoint.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -248,6 +251,21 @@ TEST(TextEndToEnd, AGptTrainsThenEvalAndGenerateRunFromItsCheckpoint) {
   const fs::path bad = dir.path() / "bad.txt";
   EXPECT_NE(testing::run_trainer("generate --checkpoint " + dir.file("nowhere") + " --prompt x", bad), 0);
   EXPECT_NE(testing::read_text(bad).find("nowhere"), std::string::npos) << testing::read_text(bad);
+  // The prompt went to stdout before the checkpoint was refused.
+  EXPECT_FALSE(testing::read_text(bad).starts_with("x")) << testing::read_text(bad);
+
+  // `generate | head`: SIGPIPE is ignored (so training can save a checkpoint), and generate used to
+  // go on for every one of its tokens after its reader left. It stops at the first failed write, as
+  // a process SIGPIPE killed would (exit 141).
+  const auto start = std::chrono::steady_clock::now();
+  const std::string piped = fmt::format(
+      "bash -c '{} generate --checkpoint {} --prompt x --max-new-tokens 1000000 --temperature 0 2>{} | head -c 16 "
+      ">{}; exit ${{PIPESTATUS[0]}}'",
+      testing::kTrainer, checkpoint, dir.file("head-stderr.txt"), dir.file("head.txt"));
+  const int status = std::system(piped.c_str());
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 141) << status << ": " << testing::read_text(dir.path() / "head-stderr.txt");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(120));
+  EXPECT_EQ(testing::read_text(dir.path() / "head.txt").size(), 16u);
 }
 
 }  // namespace

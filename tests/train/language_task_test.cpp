@@ -74,7 +74,7 @@ TEST_F(TrainerTest, TwoGptReplicasTrainAsOne) {
   TrainConfig c = gpt_config(dir_);
   c.loop.epochs = 2;
   TrainedRun one = train(c, 1, token_sources(1));
-  TrainedRun two = train(c, 2, token_sources(2));
+  TrainedRun two = train(own_dir(c, "two"), 2, token_sources(2));
   EXPECT_LT(max_relative_difference(one, two), 1e-5);
 }
 
@@ -83,9 +83,9 @@ TEST_F(TrainerTest, GradientAccumulationEqualsTheWholeBatch) {
     TrainConfig c = base_config(dir_);
     c.loop.steps = 10;
     auto source = [&](int r) { return std::make_unique<SliceSource>(data_, r, replicas, 8 / replicas); };
-    TrainedRun whole = train(c, replicas, source);
+    TrainedRun whole = train(own_dir(c, fmt::format("whole-{}", replicas)), replicas, source);
     c.loop.grad_accumulation_steps = 2;
-    TrainedRun accumulated = train(c, replicas, source);
+    TrainedRun accumulated = train(own_dir(c, fmt::format("accumulated-{}", replicas)), replicas, source);
     EXPECT_LT(max_relative_difference(whole, accumulated), 1e-6) << replicas << " replica(s)";
     EXPECT_NEAR(accumulated.summary.final_metrics.at("train_loss"), whole.summary.final_metrics.at("train_loss"),
                 1e-5);

@@ -102,6 +102,13 @@ inline TrainConfig base_config(const std::filesystem::path& dir) {
   return c;
 }
 
+// The same run with a checkpoint folder of its own (dir_/name): two runs never share one, and a
+// fresh run in a folder holding another run's checkpoints is refused (docs/CHECKPOINTS.md).
+inline TrainConfig own_dir(TrainConfig c, const std::string& name) {
+  c.checkpoint.dir = (std::filesystem::path(c.output.run_dir) / name).string();
+  return c;
+}
+
 // Builds the setup for `replicas` CPU replicas; source(r) makes replica r's training source.
 inline TrainedRun train(TrainConfig config, int replicas,
                         const std::function<std::unique_ptr<BatchSource>(int)>& source,
