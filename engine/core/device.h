@@ -56,7 +56,10 @@ class DeviceServices {
   virtual void* raw_allocate(int device, size_t bytes) = 0;
   virtual void raw_free(int device, void* ptr, size_t bytes) noexcept = 0;
   // Copies between this device and the host or within this device. With a stream the copy
-  // is ordered on it (and asynchronous on devices that allow it); without, it is synchronous.
+  // is ordered on it (and asynchronous on devices that allow it). Without one, a copy within the
+  // thread's device is queued on the thread's current stream (current_stream()) and returns at
+  // once; any other copy (to or from the host, between devices, or with no current stream) is
+  // complete when the call returns.
   virtual void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes,
                     Stream* stream) = 0;
   virtual std::unique_ptr<Stream> create_stream(int device) = 0;
@@ -69,7 +72,8 @@ class DeviceServices {
   // overlaps compute), plain aligned memory on the CPU. Costly to allocate: keep and reuse it.
   virtual void* allocate_host_pinned(size_t bytes) = 0;
   virtual void free_host_pinned(void* ptr, size_t bytes) noexcept = 0;
-  // Sets `bytes` of device memory to zero, ordered on `stream` like copy() (synchronous without).
+  // Sets `bytes` of device memory to zero, ordered on `stream` like copy(); without one, queued on
+  // the thread's current stream (no wait), or synchronous when the thread has none.
   virtual void fill_zero(void* dst, Device device, size_t bytes, Stream* stream) = 0;
   // Makes `device` the calling thread's current device (cudaSetDevice); a no-op on the CPU.
   virtual void bind_thread(int device) = 0;

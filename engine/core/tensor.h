@@ -86,9 +86,10 @@ class Tensor {
   }
 
   // Explicit copies. `to` returns this tensor when it already is on the device. With a stream the
-  // copy is queued there (asynchronous where the device allows). Without one it is synchronous and,
-  // on a device, ordered after the work of the calling thread's current stream (the replica's,
-  // see ExecutionContext::bind), or after all of the device's work when the thread has none.
+  // copy is queued there (asynchronous where the device allows). Without one it is ordered after the
+  // work of the calling thread's current stream (the replica's, see ExecutionContext::bind), or
+  // after all of the device's work when the thread has none; it is complete on return, except a
+  // copy within the device on the current stream, which later work on that stream follows.
   Tensor to(Device device, Stream* stream = nullptr) const;
   Tensor clone() const;
   void copy_from(const Tensor& src, Stream* stream = nullptr);

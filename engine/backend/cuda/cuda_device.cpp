@@ -142,7 +142,13 @@ void CudaDeviceServices::copy(void* dst, Device dst_device, const void* src, Dev
     TANDEM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, native), "bytes={} from {} to {}", bytes,
                       src_device.str(), dst_device.str());
   }
-  if (implicit) {
+  // A copy between memory of the thread's own device, queued on its bound stream (a replica's), is
+  // ordered with everything that stream runs before and after it: the host need not wait, and a
+  // step that copies or zeroes device tensors never blocks on the GPU (DESIGN.md, "The GPU step").
+  // A copy from or to the host (which reads or reuses its buffer at once), a peer copy, or one on
+  // the legacy stream (no stream bound) still completes before the call returns.
+  const bool ordered_on_bound_stream = native != nullptr && kind == cudaMemcpyDeviceToDevice && !peer;
+  if (implicit && !ordered_on_bound_stream) {
     TANDEM_CUDA_CHECK(cudaStreamSynchronize(native), "after copying {} bytes from {} to {}", bytes,
                       src_device.str(), dst_device.str());
   }
@@ -156,7 +162,10 @@ void CudaDeviceServices::fill_zero(void* dst, Device device, size_t bytes, Strea
   bool implicit = stream == nullptr;
   cudaStream_t native = implicit ? implicit_stream(device.index) : native_stream(stream);
   TANDEM_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, native), "bytes={} on {}", bytes, device.str());
-  if (implicit) TANDEM_CUDA_CHECK(cudaStreamSynchronize(native), "after zeroing {} bytes on {}", bytes, device.str());
+  // On the thread's bound stream the memset is ordered before the stream's later work: no wait.
+  if (implicit && native == nullptr) {
+    TANDEM_CUDA_CHECK(cudaStreamSynchronize(native), "after zeroing {} bytes on {}", bytes, device.str());
+  }
 }
 
 void CudaDeviceServices::bind_thread(int device) {
