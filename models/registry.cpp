@@ -6,6 +6,7 @@
 
 #include "engine/core/suggest.h"
 #include "models/gpt.h"
+#include "models/model_size.h"
 #include "models/resnet.h"
 #include "models/simple.h"
 #include "models/vit.h"
@@ -89,6 +90,7 @@ std::shared_ptr<nn::Module> create_model(const ModelSpec& spec) {
   TANDEM_CHECK(spec.num_classes > 0 && spec.in_channels > 0 && spec.input_size > 0, ErrorCode::kInvalidArgument,
                "model '{}': num_classes {}, in_channels {} and input_size {} must be positive", spec.name,
                spec.num_classes, spec.in_channels, spec.input_size);
+  check_model_fits(spec);  // before any allocation: a model that cannot fit is an error, not the OOM killer
   if (auto it = imagenet_resnets().find(spec.name); it != imagenet_resnets().end()) {
     TANDEM_CHECK(spec.input_size >= 32, ErrorCode::kInvalidArgument,
                  "model '{}' downsamples by 32: input_size {} is too small (use resnet20 for 28x28 or 32x32 inputs)",
