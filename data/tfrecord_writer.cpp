@@ -40,7 +40,7 @@ TFRecordWriter::TFRecordWriter(std::string path, TFRecordWriterOptions options)
                "TFRecordWriter for {}: state the compression (none, gzip or zlib), not auto", path_);
   fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   TANDEM_CHECK(fd_ >= 0, ErrorCode::kNotFound, "cannot create {}: {}", path_, std::strerror(errno));
-  start_stream();
+  start_stream();  // closes fd_ if it throws: no destructor runs for a constructor that throws
 }
 
 TFRecordWriter::TFRecordWriter(TFRecordWriteFd fd, std::string name, TFRecordWriterOptions options)
@@ -57,8 +57,12 @@ void TFRecordWriter::start_stream() {
   if (options_.compression != Compression::kNone) {
     int window = options_.compression == Compression::kGzip ? MAX_WBITS + 16 : MAX_WBITS;
     int rc = deflateInit2(&zs_, options_.level, Z_DEFLATED, window, 9, Z_DEFAULT_STRATEGY);
-    TANDEM_CHECK(rc == Z_OK, ErrorCode::kInternal, "deflateInit2(level {}, window {}) for {} failed: {}", options_.level,
-                 window, path_, rc);
+    if (rc != Z_OK) {
+      ::close(fd_);
+      fd_ = -1;
+      throw_error(ErrorCode::kInternal, "deflateInit2(level {}, window {}) for {} failed: {}", options_.level, window,
+                  path_, rc);
+    }
     z_open_ = true;
   }
 }

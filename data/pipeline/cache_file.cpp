@@ -8,6 +8,8 @@
 // reader far past the end of the file.
 #include "data/pipeline/cache_file.h"
 
+#include <random>
+
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -137,8 +139,11 @@ Element parse(std::string_view payload) {
 }
 
 std::string unique_temp_name(const std::string& path) {
+  // Random too: a container's process often has the same pid every start, and a temporary that a
+  // killed run left under the same name would stop every later run at the O_EXCL open.
   static std::atomic<uint64_t> counter{0};
-  return path + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter.fetch_add(1));
+  std::random_device random;
+  return fmt::format("{}.tmp-{}-{}-{:08x}", path, ::getpid(), counter.fetch_add(1), random());
 }
 
 }  // namespace

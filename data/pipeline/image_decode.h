@@ -48,10 +48,11 @@ struct JpegScale {
   int den = 1;
 };
 
-// The most pixels an encoded image may claim: PIL's decompression-bomb limit (Image.MAX_IMAGE_PIXELS,
-// 89,478,485: about 9459 x 9459, 256 MiB of RGB). Its header's size is checked before anything is
-// allocated, so a few hundred bytes claiming 16384 x 16384 are an error, not gigabytes.
-inline constexpr int64_t kMaxImagePixels = 89478485;
+// The most pixels an encoded image may claim: where PIL raises DecompressionBombError (twice
+// Image.MAX_IMAGE_PIXELS, 178,956,970: about 13377 x 13377, 512 MiB of RGB). Its header's size is
+// checked before anything is allocated, so a few hundred bytes claiming 16384 x 16384 are an error,
+// not gigabytes.
+inline constexpr int64_t kMaxImagePixels = 178956970;
 
 // Whether a JPEG's data reaches its end: an EOI marker (FF D9) after the first scan's start. Inside
 // entropy-coded data every FF byte is stuffed (FF 00), so an EOI there is the end; the segments

@@ -94,7 +94,11 @@ yaml::Keys image_keys(ImageMapOptions& im) {
        }},
       {"height", [&](auto& n, auto& p) { a.height = as_side(n, p, 0); }},
       {"width", [&](auto& n, auto& p) { a.width = as_side(n, p, 0); }},
-      {"channels", [&](auto& n, auto& p) { a.channels = static_cast<int>(yaml::as_int_in(n, p, 1, 3)); }},
+      {"channels", [&](auto& n, auto& p) {
+         a.channels = static_cast<int>(yaml::as_int_in(n, p, 1, 3));
+         TANDEM_CHECK(a.channels != 2, ErrorCode::kInvalidArgument, "{}: images decode to 1 (grey) or 3 (RGB) "
+                      "channels, not 2", where(n, p));
+       }},
       {"layout", [&](auto& n, auto& p) { a.layout = with_path(n, p, parse_image_layout); }},
       {"normalize", [&](auto& n, auto& p) { a.normalize = as_bool(n, p); }},
       {"mean", [&](auto& n, auto& p) { auto v = floats(n, p, 3); std::copy(v.begin(), v.end(), a.mean.begin()); }},

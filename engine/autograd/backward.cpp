@@ -105,6 +105,7 @@ void check_versions(const Node& node) {
 class LeafClaims {
  public:
   explicit LeafClaims(const std::vector<VariablePtr>& order) {
+    claimed_.reserve(order.size());  // so no push_back can throw between a claim and its record
     for (const VariablePtr& v : order) {
       if (v->grad_fn || !v->requires_grad) continue;
       if (v->in_backward.exchange(true, std::memory_order_acq_rel)) {

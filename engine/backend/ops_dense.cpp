@@ -53,11 +53,9 @@ Tensor linear_forward(Ctx& ctx, const Tensor& x, const Tensor& w, const Tensor& 
   auto fn = entry(table(ctx).linear_forward, op, ctx);
   Tensor y = like(ctx, {x.dim(0), w.dim(0)}, MemoryFormat::kContiguous);
   if (y.numel() == 0) return y;
-  if (x.dim(1) == 0) {
-    // No input features: every row is the bias (or zeros), which the kernel gives for one zero feature.
-    Tensor one_x = Tensor::zeros({x.dim(0), 1}, x.dtype(), ctx.device());
-    Tensor one_w = Tensor::zeros({w.dim(0), 1}, DType::kF32, ctx.device());
-    fn(ctx, one_x, one_w, b, y);
+  if (x.dim(1) == 0) {  // no input features: every row is the bias, or zeros
+    if (b.defined()) return expand(ctx, b.reshape({1, w.dim(0)}), y.shape());
+    fill(ctx, 0.0f, y);
     return y;
   }
   fn(ctx, x, w, b, y);
@@ -93,9 +91,15 @@ LinearWeightGrads linear_backward_weights(Ctx& ctx, const Tensor& x, const Tenso
     if (with_bias && g.db.numel() > 0) fill(ctx, 0.0f, g.db);
     return g;
   }
-  if (x.dim(1) == 0) {  // no input features: dw is empty, db still sums dy (through one zero feature)
-    Tensor one_dw = like(ctx, {dy.dim(1), 1}, MemoryFormat::kContiguous);
-    fn(ctx, Tensor::zeros({x.dim(0), 1}, x.dtype(), ctx.device()), dy, one_dw, g.db);
+  if (x.dim(1) == 0) {  // no input features: dw is empty, db still sums dy's rows
+    if (with_bias) {
+      Tensor dy32 = dy;
+      if (dy.dtype() == DType::kBF16) {
+        dy32 = like(ctx, dy.shape(), MemoryFormat::kContiguous);
+        entry(table(ctx).from_bf16, op, ctx)(ctx, dy, dy32);
+      }
+      g.db = sum_to(ctx, dy32, {1, dy.dim(1)}).reshape({dy.dim(1)});
+    }
     return g;
   }
   fn(ctx, x, dy, g.dw, g.db);

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <fstream>
 #include <system_error>
 #include <vector>
 
@@ -46,6 +47,23 @@ std::string_view kind_of(mode_t mode) {
   if (S_ISBLK(mode)) return "a block device";
   if (S_ISSOCK(mode)) return "a socket";
   return "not a regular file";
+}
+
+// The process's umask, read without changing it (umask(2) sets it too, racing other threads).
+mode_t process_umask() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.starts_with("Umask:")) return static_cast<mode_t>(std::strtoul(line.c_str() + 6, nullptr, 8));
+  }
+  return 022;
+}
+
+// A replaced file keeps its permissions; a new one gets what open(path, O_CREAT, 0666) would give.
+mode_t mode_for(const std::filesystem::path& target) {
+  struct stat st {};
+  if (::stat(target.c_str(), &st) == 0 && S_ISREG(st.st_mode)) return st.st_mode & 07777;
+  return 0666 & ~process_umask();
 }
 
 std::filesystem::path folder_of(const std::filesystem::path& path) {
@@ -91,7 +109,7 @@ OutputFile::OutputFile(std::filesystem::path target, std::string_view what)
   fd_ = ::mkostemp(name.data(), O_CLOEXEC);
   if (fd_ < 0) throw_errno(what_, "create temporary file", pattern, errno);
   temp_ = name.data();
-  if (::fchmod(fd_, 0644) != 0) {
+  if (::fchmod(fd_, mode_for(target_)) != 0) {
     const int err = errno;
     ::close(fd_);
     fd_ = -1;

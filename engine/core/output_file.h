@@ -21,7 +21,8 @@ void check_replaceable_output(const std::filesystem::path& path, std::string_vie
 
 class OutputFile {
  public:
-  // Checks the target, then creates ".<name>.tmp-XXXXXX" beside it (mode 0644).
+  // Checks the target, then creates ".<name>.tmp-XXXXXX" beside it, with the target's permissions
+  // when it exists and 0666 less the umask when it does not.
   OutputFile(std::filesystem::path target, std::string_view what);
   ~OutputFile();  // removes the temporary file unless commit() succeeded; never throws
   OutputFile(const OutputFile&) = delete;

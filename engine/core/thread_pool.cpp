@@ -14,7 +14,7 @@ ThreadPool::ThreadPool(int num_threads, std::string name) {
   for (int i = 0; i < num_threads; ++i) {
     try {
       threads_.emplace_back([this] { worker_loop(); });
-    } catch (const std::system_error& e) {
+    } catch (const std::exception& e) {  // std::system_error, or std::bad_alloc for the thread's state
       // The threads already started are stopped and joined here: a destructor never runs for a
       // constructor that throws, and a joinable std::thread destroyed would abort the process.
       stop_and_join();

@@ -101,7 +101,8 @@ class ReplicaLoop {
     bool all_have_batch = false;
     bool stop = false;
   };
-  Vote vote(bool have_batch);
+  // rows: this replica's batch size (0 without one), for the micro-batch count all agree on.
+  Vote vote(bool have_batch, int64_t rows);
   // The schedule's learning rate at a step, times the lr scale the replicas agreed on.
   float lr_at(int64_t step) const;
   void train_step(const Batch& batch);
@@ -167,6 +168,7 @@ class ReplicaLoop {
   // (4) f32 on the host: the per-step vote (I have a full batch, the stop signal I saw, and
   // replica 0's callbacks' stop request and learning-rate scale).
   Tensor flag_;
+  int64_t micro_batches_ = 1;  // of the step about to run: agreed by vote()
   std::vector<std::string> train_metrics_;  // the task's
   Tensor stats_;   // (metrics + 1) f32 on the device: the task's metric sums and examples since the last log line
   Tensor host_stats_;  // stats_ read back at a log line, then summed over replicas

@@ -95,7 +95,8 @@ void ReplicaLoop::setup() {
                                                                bucket_options(config_.distribute));
   }
   timer_ = std::make_unique<StepTimer>(*ctx_);
-  flag_ = Tensor::zeros({4}, DType::kF32);
+  // The vote's four flags, then one slot per micro-batch count (see vote()).
+  flag_ = Tensor::zeros({4 + config_.loop.grad_accumulation_steps}, DType::kF32);
   train_metrics_ = task_.train_metrics();
   TANDEM_CHECK(!train_metrics_.empty(), ErrorCode::kInvalidArgument, "task: train_metrics() names no metric; the "
                "first is the run's loss");
@@ -240,10 +241,16 @@ std::pair<int64_t, int64_t> ReplicaLoop::resume_position() const {
   return {saved.front().data_position.value("epoch", shared_.resume->epoch), examples / plan_.global_batch_size};
 }
 
-ReplicaLoop::Vote ReplicaLoop::vote(bool have_batch) {
+ReplicaLoop::Vote ReplicaLoop::vote(bool have_batch, int64_t rows) {
   const std::atomic<int>* stop = shared_.setup.stop;
   const int signal = stop != nullptr ? stop->load(std::memory_order_relaxed) : 0;
   float* f = flag_.data<float>();
+  const int64_t k = config_.loop.grad_accumulation_steps;
+  std::fill(f + 4, f + 4 + k, 0.0f);
+  // Each replica marks the micro-batch count its batch allows (fewer when a last, partial batch
+  // has fewer rows than train.grad_accumulation_steps); all take the smallest marked, so every
+  // replica runs the same number of forward and backward passes (SyncBatchNorm's collectives pair).
+  if (have_batch) f[4 + std::clamp<int64_t>(rows, 1, k) - 1] = 1.0f;
   f[0] = have_batch ? 1.0f : 0.0f;
   f[1] = static_cast<float>(signal);
   f[2] = lead() && shared_.control.stop_requested() ? 1.0f : 0.0f;
@@ -252,6 +259,13 @@ ReplicaLoop::Vote ReplicaLoop::vote(bool have_batch) {
   // Replicas may read the flag either side of the signal: the sum is non-zero for all alike.
   if (f[1] != 0.0f && stop_signal_ == 0) stop_signal_ = signal != 0 ? signal : stop->load();
   lr_scale_ = f[3];  // replica 0's alone: the same float on every replica
+  micro_batches_ = k;
+  for (int64_t i = 0; i < k; ++i) {
+    if (f[4 + i] != 0.0f) {
+      micro_batches_ = i + 1;
+      break;
+    }
+  }
   const bool agreed_stop = f[1] != 0.0f || f[2] != 0.0f;
   if (agreed_stop) stopped_ = true;
   return {static_cast<int>(f[0]) == plan_.replicas(), agreed_stop};
@@ -302,7 +316,7 @@ ReplicaLoop::EpochEnd ReplicaLoop::train_epoch(int64_t epoch, int64_t skip_batch
     }
     if (have && resume_fingerprint_of_ == "next") check_resumed_batch(batch, epoch, batches);
     resume_fingerprint_of_.clear();  // only the first batch of a resumed run is checked
-    const Vote agreed = vote(have);
+    const Vote agreed = vote(have, have ? batch.size() : 0);
     if (agreed.stop) {
       // The fetched batch is not trained: a resumed run reads it again, and checks it is the same.
       if (have) next = batch_fingerprint(batch);
@@ -398,9 +412,9 @@ void ReplicaLoop::train_step(const Batch& batch) {
   // train.grad_accumulation_steps: micro-batches whose gradients add up in the parameters, only the
   // last backward reducing them (DDP's no_sync). Each micro-batch's loss keeps the global batch as
   // its divisor, so the sum over micro-batches and replicas is the global batch's mean.
-  // A last, partial batch (data.drop_remainder: false) may have fewer rows than micro-batches: then
-  // each row is one, so none is empty and none is dropped.
-  const int64_t micro_batches = std::min(config_.loop.grad_accumulation_steps, std::max<int64_t>(batch.size(), 1));
+  // A last, partial batch (data.drop_remainder: false) may have fewer rows than micro-batches: the
+  // replicas agreed (vote()) on a count every one's rows allow, so none is empty and none is dropped.
+  const int64_t micro_batches = micro_batches_;
   for (int64_t m = 0; m < micro_batches; ++m) {
     const bool last = m + 1 == micro_batches;
     if (bucketer_) bucketer_->set_reducing(last);

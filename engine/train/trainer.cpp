@@ -171,7 +171,15 @@ std::optional<std::filesystem::path> checked_resume(Trainer::Shared& s) {
   std::optional<std::filesystem::path> found = resolve_resume(s.setup.config.checkpoint.resume, *s.checkpoints);
   std::optional<std::string> run;
   if (found) run = validate_checkpoint(*found).run_id;
-  check_one_run(*s.checkpoints, run);
+  try {
+    check_one_run(*s.checkpoints, run);
+  } catch (const Error& e) {
+    if (found || s.setup.config.checkpoint.resume != "auto") throw;
+    // resume: auto skipped them (their tensors failed their checksums: the warnings above name them).
+    throw Error(e.code(), fmt::format("{}. resume: auto found none of them undamaged (the warnings above name "
+                                      "the damage): move them away, or resume one by path",
+                                      e.what()));
+  }
   // A checkpoint from before run ids gets a new one: its older siblings are left alone by keep_last.
   s.checkpoints->set_run_id(run && !run->empty() ? *run : new_run_id());
   return found;

@@ -60,11 +60,22 @@ TEST(OutputFile, ReplacesARegularFile) {
 
 TEST(OutputFile, CreatesANewFileReadableByOthers) {
   TempDir dir;
+  const mode_t old_mask = ::umask(022);
   write_file_atomically(dir / "report.json", "{}", "report");
   EXPECT_EQ(read_file(dir / "report.json"), "{}");
-  // mkostemp makes 0600; the file is meant to be shared as an ordinary output is.
+  // mkostemp makes 0600; the file is meant to be shared as an ordinary output is (0666 less the umask).
   EXPECT_EQ(fs::status(dir / "report.json").permissions() & fs::perms::all,
             fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read);
+  // A tighter umask gives a tighter file, as open(2) would; a replaced file keeps its own permissions.
+  ::umask(077);
+  write_file_atomically(dir / "private.json", "{}", "report");
+  EXPECT_EQ(fs::status(dir / "private.json").permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write);
+  fs::permissions(dir / "report.json", fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_write);
+  write_file_atomically(dir / "report.json", "[]", "report");
+  EXPECT_EQ(fs::status(dir / "report.json").permissions() & fs::perms::all,
+            fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_write);
+  ::umask(old_mask);
 }
 
 TEST(OutputFile, RefusesAFifoAndWritesNothingToIt) {

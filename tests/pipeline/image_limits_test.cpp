@@ -57,20 +57,20 @@ TEST(PipelineImageLimits, APngClaimingMoreThanPilsLimitIsRefusedBeforeAllocating
     EXPECT_NE(what.find("PNG header (" + std::to_string(png.size()) + " bytes) claims 16384x16384 pixels"),
               std::string::npos)
         << what;
-    EXPECT_NE(what.find("more than the 89478485"), std::string::npos) << what;
+    EXPECT_NE(what.find("more than the 178956970"), std::string::npos) << what;
     EXPECT_NE(what.find("decompression-bomb"), std::string::npos) << what;
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
   EXPECT_EQ(out.pixels.capacity(), 0u) << "pixels were allocated for a refused header";
 
-  // One row and column past 9459 x 9459 (89,474,681 pixels, under PIL's 89,478,485) is over it.
+  // One row and column past 13377 x 13377 (178,944,129 pixels, under PIL's 178,956,970) is over it.
   Image past;
   try {
-    decode_png(claimed_png(9460, 9460), 1, &past);
-    FAIL() << "decoded a 9460x9460 image";
+    decode_png(claimed_png(13378, 13378), 1, &past);
+    FAIL() << "decoded a 13378x13378 image";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kDataLoss);
-    EXPECT_NE(std::string(e.what()).find("claims 9460x9460 pixels"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("claims 13378x13378 pixels"), std::string::npos) << e.what();
   }
   EXPECT_EQ(past.pixels.capacity(), 0u);
 }

@@ -105,6 +105,29 @@ TEST_F(TrainerTest, AFreshRunRefusesACheckpointDirectoryOfAnotherRun) {
   EXPECT_NE(validate_checkpoint(std::filesystem::path(elsewhere.checkpoint.dir) / "step-00000006").run_id, older);
 }
 
+// A checkpoint from before run ids: the run resumed from it adopts a new id and saves beside it, and
+// must resume again from its own newest (the old checkpoint is not another run's).
+TEST_F(TrainerTest, ARunFromBeforeRunIdsResumesAgainAndAgain) {
+  TrainConfig c = base_config(dir_);
+  c.loop.steps = 3;
+  c.checkpoint.every_steps = 3;
+  auto source = [&](int r) { return std::make_unique<SliceSource>(data_, r, 1, 8); };
+  train(c, 1, source);
+  const std::filesystem::path meta = std::filesystem::path(c.checkpoint.dir) / "step-00000003" / "meta.json";
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(meta));
+  j.erase("run_id");
+  std::ofstream(meta) << j.dump(2);
+  ASSERT_EQ(validate_checkpoint(meta.parent_path()).run_id, "");
+  c.checkpoint.resume = "auto";
+  for (int64_t steps : {6, 9}) {
+    c.loop.steps = steps;
+    EXPECT_EQ(train(c, 1, source).summary.steps, steps);
+  }
+  // A fresh run still refuses the folder, old checkpoint and all.
+  c.checkpoint.resume = "none";
+  EXPECT_THROW(train(c, 1, source), Error);
+}
+
 // A meta.json whose data position was edited (10^15 batches, -7) used to resume and train other data.
 TEST_F(TrainerTest, ResumeRefusesADataPositionThatCannotBeTrue) {
   TrainConfig c = base_config(dir_);
@@ -143,15 +166,15 @@ TEST_F(TrainerTest, ResumeWithAnotherGlobalBatchContinuesFromTheSameExamples) {
   EXPECT_EQ(run.summary.steps, 5 + 6 + 16);
 }
 
-// A source whose epoch is 8, 8 and then 3 examples: data.drop_remainder: false.
+// A source whose epoch is two full batches and then `last` examples: data.drop_remainder: false.
 class PartialLastBatch : public BatchSource {
  public:
-  explicit PartialLastBatch(const Dataset& data) : data_(data) {}
+  PartialLastBatch(const Dataset& data, int64_t full = 8, int64_t last = 3, int64_t offset = 0)
+      : data_(data), sizes_{full, full, last}, offset_(offset) {}
   void start_epoch(int64_t) override { k_ = 0; }
   bool next(Batch& batch) override {
-    static constexpr int64_t kSizes[] = {8, 8, 3};
     if (k_ == 3) return false;
-    const int64_t n = kSizes[k_], first = 8 * k_;
+    const int64_t n = sizes_[k_], first = offset_ + sizes_[0] * k_;
     Tensor x = Tensor::empty({n, 1, 6, 6});
     Tensor labels = Tensor::empty({n}, DType::kI64);
     std::copy_n(data_.x.data<float>() + first * 36, n * 36, x.data<float>());
@@ -164,6 +187,8 @@ class PartialLastBatch : public BatchSource {
 
  private:
   const Dataset& data_;
+  int64_t sizes_[3];
+  int64_t offset_;
   int64_t k_ = 0;
 };
 
@@ -179,6 +204,19 @@ TEST_F(TrainerTest, GradientAccumulationTrainsAPartialLastBatch) {
   for (const auto& [name, w] : run.weights) {
     for (float v : w) ASSERT_TRUE(std::isfinite(v)) << name;
   }
+}
+
+// Replicas whose last batches differ (3 rows and 2) agree on one micro-batch count: with
+// SyncBatchNorm every micro-batch's forward and backward are collectives, which must pair up.
+TEST_F(TrainerTest, ReplicasAgreeOnTheMicroBatchesOfUnevenPartialBatches) {
+  TrainConfig c = base_config(dir_);
+  c.model.name = "small_cnn";
+  c.distribute.sync_batchnorm = true;
+  c.distribute.watchdog_timeout_s = 10;
+  c.loop.grad_accumulation_steps = 4;
+  c.loop.epochs = 1;
+  TrainedRun run = train(c, 2, [&](int r) { return std::make_unique<PartialLastBatch>(data_, 4, 3 - r, 16 * r); });
+  EXPECT_EQ(run.summary.steps, 3);
 }
 
 }  // namespace

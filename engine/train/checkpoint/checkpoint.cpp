@@ -206,6 +206,9 @@ void check_one_run(const CheckpointManager& manager, const std::optional<std::st
   std::map<std::string, std::filesystem::path> newest_of_run;  // run id -> its newest checkpoint
   for (const auto& path : manager.complete_checkpoints()) {
     const std::string id = validate_checkpoint(path).run_id;
+    // A resumed run may find checkpoints from before run ids beside its own: the run it continues
+    // wrote them when it adopted its id (a fresh run refuses them all the same).
+    if (run_id && id.empty()) continue;
     if (!run_id || id != *run_id) newest_of_run[id] = path;
   }
   if (newest_of_run.empty()) return;

@@ -104,7 +104,8 @@ void update_checkpoint_meta(const std::filesystem::path& checkpoint, const Check
 void verify_checkpoint_data(const std::filesystem::path& checkpoint);
 
 // Checkpoints of one run only: throws FailedPrecondition when the manager's directory holds a
-// complete checkpoint whose run id is not `run_id` (for a fresh run, nullopt: any checkpoint at all),
+// complete checkpoint whose run id is not `run_id` (for a fresh run, nullopt: any checkpoint at all;
+// a resumed run passes checkpoints written before run ids, which its own run may have written),
 // naming the runs found and what to do. A fresh run there would have its checkpoints pruned by
 // keep_last in favour of the older run's, and resume: auto would continue the older run.
 void check_one_run(const CheckpointManager& manager, const std::optional<std::string>& run_id);
