@@ -13,9 +13,8 @@
 #include "engine/core/error.h"
 
 namespace tandem {
-namespace {
 
-ErrorCode code_for_errno(int err) {
+ErrorCode error_code_for_errno(int err) {
   switch (err) {
     case ENOSPC:
     case EDQUOT:
@@ -33,9 +32,11 @@ ErrorCode code_for_errno(int err) {
   }
 }
 
+namespace {
+
 [[noreturn]] void throw_errno(std::string_view what, std::string_view call, const std::filesystem::path& path,
                               int err) {
-  throw_error(code_for_errno(err), "{}: {} '{}' failed: {} (errno {})", what, call, path.string(),
+  throw_error(error_code_for_errno(err), "{}: {} '{}' failed: {} (errno {})", what, call, path.string(),
               std::system_category().message(err), err);
 }
 
@@ -147,7 +148,7 @@ void OutputFile::commit() {
   check_replaceable_output(target_, what_);
   if (::rename(temp_.c_str(), target_.c_str()) != 0) {
     const int err = errno;
-    throw_error(code_for_errno(err), "{}: rename '{}' to '{}' failed: {} (errno {})", what_, temp_.string(),
+    throw_error(error_code_for_errno(err), "{}: rename '{}' to '{}' failed: {} (errno {})", what_, temp_.string(),
                 target_.string(), std::system_category().message(err), err);
   }
   committed_ = true;

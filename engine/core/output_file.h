@@ -12,7 +12,13 @@
 #include <string>
 #include <string_view>
 
+#include "engine/core/error.h"
+
 namespace tandem {
+
+// A failed file call's errno as an ErrorCode: ResourceExhausted for a full disk, a quota or a file
+// size limit; NotFound; FailedPrecondition for permissions and read-only file systems; else Unavailable.
+ErrorCode error_code_for_errno(int err);
 
 // Throws InvalidArgument unless `path` names a file that may be replaced: not empty, not ending in
 // a separator, and either absent or a regular file (lstat: a symlink is refused, not followed).

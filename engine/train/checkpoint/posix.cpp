@@ -17,24 +17,6 @@
 namespace tandem::train::posix {
 namespace {
 
-ErrorCode code_for_errno(int err) {
-  switch (err) {
-    case ENOSPC:
-    case EDQUOT:
-    case EFBIG:
-      return ErrorCode::kResourceExhausted;
-    case ENOENT:
-    case ENOTDIR:
-      return ErrorCode::kNotFound;
-    case EACCES:
-    case EPERM:
-    case EROFS:
-      return ErrorCode::kFailedPrecondition;
-    default:
-      return ErrorCode::kUnavailable;
-  }
-}
-
 int open_checked(const std::filesystem::path& path, int flags, std::string_view what) {
   for (;;) {
     int fd = ::open(path.c_str(), flags | O_CLOEXEC, 0644);
@@ -46,7 +28,7 @@ int open_checked(const std::filesystem::path& path, int flags, std::string_view 
 }  // namespace
 
 [[noreturn]] void throw_errno(std::string_view call, const std::filesystem::path& path, int err) {
-  throw_error(code_for_errno(err), "{} '{}' failed: {} (errno {})", call, path.string(),
+  throw_error(error_code_for_errno(err), "{} '{}' failed: {} (errno {})", call, path.string(),
               std::system_category().message(err), err);
 }
 
@@ -136,7 +118,7 @@ void sync_directory(const std::filesystem::path& dir) {
 void rename_path(const std::filesystem::path& from, const std::filesystem::path& to) {
   if (::rename(from.c_str(), to.c_str()) != 0) {
     int err = errno;
-    throw_error(code_for_errno(err), "rename '{}' to '{}' failed: {} (errno {})", from.string(), to.string(),
+    throw_error(error_code_for_errno(err), "rename '{}' to '{}' failed: {} (errno {})", from.string(), to.string(),
                 std::system_category().message(err), err);
   }
 }
@@ -144,7 +126,7 @@ void rename_path(const std::filesystem::path& from, const std::filesystem::path&
 void exchange_paths(const std::filesystem::path& a, const std::filesystem::path& b) {
   if (::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) != 0) {
     int err = errno;
-    throw_error(code_for_errno(err), "renameat2(RENAME_EXCHANGE) '{}' with '{}' failed: {} (errno {})", a.string(),
+    throw_error(error_code_for_errno(err), "renameat2(RENAME_EXCHANGE) '{}' with '{}' failed: {} (errno {})", a.string(),
                 b.string(), std::system_category().message(err), err);
   }
 }
