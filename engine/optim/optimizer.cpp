@@ -1,5 +1,6 @@
 #include "engine/optim/optimizer.h"
 
+#include <cmath>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -115,7 +116,7 @@ void Optimizer::load_state_dict(const std::map<std::string, Tensor>& state, int6
   steps_ = steps_taken;
 }
 
-Tensor clip_grad_norm(ExecutionContext& ctx, const NamedParameters& params, double max_norm) {
+Tensor clip_grad_norm(ExecutionContext& ctx, const NamedParameters& params, double max_norm, bool error_if_nonfinite) {
   TANDEM_CHECK(max_norm > 0.0, ErrorCode::kInvalidArgument, "clip_grad_norm: max_norm must be positive, got {}",
                max_norm);
   std::vector<Tensor> grads;
@@ -123,6 +124,13 @@ Tensor clip_grad_norm(ExecutionContext& ctx, const NamedParameters& params, doub
     if (p.has_grad()) grads.push_back(p.grad());
   }
   Tensor squared = backend::squared_norm(ctx, grads);
+  if (error_if_nonfinite) {
+    const float value = squared.to(Device::cpu()).data<float>()[0];
+    TANDEM_CHECK(std::isfinite(value), ErrorCode::kFailedPrecondition,
+                 "clip_grad_norm: the total norm of the gradients of {} parameters is {}: a gradient holds NaN or "
+                 "inf, so clipping cannot scale it (no gradient was changed)",
+                 grads.size(), std::sqrt(value));
+  }
   // In place (the handles share the gradients' storage), each storage once: two parameters may
   // hold one gradient tensor (autograd's add hands the same dy to both inputs).
   std::vector<Tensor> distinct;

@@ -88,6 +88,11 @@ std::unique_ptr<Optimizer> make_optimizer(NamedParameters params, const Optimize
 // Scales every gradient in place so their global L2 norm is at most max_norm (PyTorch's
 // clip_grad_norm_), on the context's device and without reading anything back. Returns the sum of
 // squares of the gradients before clipping: [] f32 on the device (its square root is the norm).
-Tensor clip_grad_norm(ExecutionContext& ctx, const NamedParameters& params, double max_norm);
+// error_if_nonfinite (PyTorch's argument of that name): read the norm back first and throw
+// FailedPrecondition, leaving every gradient as it was, when it is NaN or infinite; without it
+// nothing is read and a NaN gradient goes on to the update (the Trainer's NaN guard over the
+// parameters then stops the run at its next log line or checkpoint).
+Tensor clip_grad_norm(ExecutionContext& ctx, const NamedParameters& params, double max_norm,
+                      bool error_if_nonfinite = false);
 
 }  // namespace tandem::optim

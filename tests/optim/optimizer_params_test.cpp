@@ -3,6 +3,7 @@
 // both are refused at construction, as PyTorch refuses them.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,32 @@ TEST(OptimizerParams, DistinctTensorsWithEqualValuesAreFineAndEachIsSteppedOnce)
   ExecutionContext ctx;
   opt->step(ctx);
   for (auto& [name, p] : params) EXPECT_EQ(p.value().to_vector(), (std::vector<float>{0.5f, 0.0f})) << name;
+}
+
+}  // namespace
+}  // namespace tandem::optim
+
+namespace tandem::optim {
+namespace {
+
+// PyTorch's error_if_nonfinite: a NaN gradient is an error that leaves the gradients alone, instead
+// of NaN everywhere after the clip.
+TEST(ClipGradNorm, ErrorIfNonfiniteRefusesANanGradient) {
+  ExecutionContext ctx(Device::cpu(), 1);
+  autograd::Variable w(Tensor::from_vector({1.0f, 2.0f}, {2}), true, "w");
+  autograd::Variable b(Tensor::from_vector({3.0f}, {1}), true, "b");
+  w.set_grad(Tensor::from_vector({std::nanf(""), 1.0f}, {2}));
+  b.set_grad(Tensor::from_vector({4.0f}, {1}));
+  const NamedParameters params{{"w", w}, {"b", b}};
+  try {
+    clip_grad_norm(ctx, params, 1.0, /*error_if_nonfinite=*/true);
+    FAIL() << "a NaN gradient was clipped";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kFailedPrecondition);
+    EXPECT_NE(std::string(e.what()).find("holds NaN or inf"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(b.grad().to_vector(), std::vector<float>{4.0f});  // untouched
+  EXPECT_NO_THROW(clip_grad_norm(ctx, params, 1.0));  // PyTorch's default: nothing is read back
 }
 
 }  // namespace
