@@ -14,7 +14,6 @@
 #include "engine/distribute/sync_batchnorm.h"
 #include "engine/nn/init.h"
 #include "engine/train/evaluation.h"
-#include "engine/train/finite_guard.h"
 #include "engine/train/progress.h"
 #include "engine/train/replica.h"
 
@@ -221,71 +220,6 @@ void ReplicaLoop::run_epochs() {
   }
 }
 
-bool ReplicaLoop::same_batches_as_checkpoint() const {
-  const auto& saved = shared_.resume->replicas;
-  // Another global batch counts its batches in other units, even with the same replica count.
-  return static_cast<int>(saved.size()) == plan_.replicas() &&
-         saved.front().data_position.value("global_batch", plan_.global_batch_size) == plan_.global_batch_size;
-}
-
-std::pair<int64_t, int64_t> ReplicaLoop::resume_position() const {
-  if (!shared_.resume) return {0, 0};
-  const auto& saved = shared_.resume->replicas;
-  if (same_batches_as_checkpoint()) {
-    const auto& mine = saved[static_cast<size_t>(global_rank_)].data_position;
-    return {mine.value("epoch", shared_.resume->epoch), mine.value("batches", int64_t{0})};
-  }
-  // Another replica count or global batch: the same number of the epoch's examples is consumed, in this run's
-  // order, as if the epoch had run with this many replicas from its start.
-  int64_t examples = examples_into_epoch(saved.front(), plan_.global_batch_size);
-  return {saved.front().data_position.value("epoch", shared_.resume->epoch), examples / plan_.global_batch_size};
-}
-
-ReplicaLoop::Vote ReplicaLoop::vote(bool have_batch, int64_t rows) {
-  const std::atomic<int>* stop = shared_.setup.stop;
-  const int signal = stop != nullptr ? stop->load(std::memory_order_relaxed) : 0;
-  float* f = flag_.data<float>();
-  const int64_t k = config_.loop.grad_accumulation_steps;
-  std::fill(f + 4, f + 4 + k, 0.0f);
-  // Each replica marks the micro-batch count its batch allows (fewer when a last, partial batch
-  // has fewer rows than train.grad_accumulation_steps); all take the smallest marked, so every
-  // replica runs the same number of forward and backward passes (SyncBatchNorm's collectives pair).
-  if (have_batch) f[4 + std::clamp<int64_t>(rows, 1, k) - 1] = 1.0f;
-  f[0] = have_batch ? 1.0f : 0.0f;
-  f[1] = static_cast<float>(signal);
-  f[2] = lead() && shared_.control.stop_requested() ? 1.0f : 0.0f;
-  f[3] = lead() ? static_cast<float>(shared_.control.lr_scale()) : 0.0f;
-  host_comm_->all_reduce(flag_, distribute::ReduceOp::kSum);
-  // Replicas may read the flag either side of the signal: the sum is non-zero for all alike.
-  if (f[1] != 0.0f && stop_signal_ == 0) stop_signal_ = signal != 0 ? signal : stop->load();
-  lr_scale_ = f[3];  // replica 0's alone: the same float on every replica
-  micro_batches_ = k;
-  for (int64_t i = 0; i < k; ++i) {
-    if (f[4 + i] != 0.0f) {
-      micro_batches_ = i + 1;
-      break;
-    }
-  }
-  const bool agreed_stop = f[1] != 0.0f || f[2] != 0.0f;
-  if (agreed_stop) stopped_ = true;
-  return {static_cast<int>(f[0]) == plan_.replicas(), agreed_stop};
-}
-
-void ReplicaLoop::throw_no_batch(int64_t epoch, int64_t dropped) const {
-  // The pipeline drops a last partial batch (data.drop_remainder) before the loop can count it.
-  const std::string given =
-      dropped > 0 ? fmt::format("only {} example(s) in all", dropped)
-                  : fmt::format("no full batch (fewer than {} records per replica? data.drop_remainder drops a last, "
-                                "partial batch)",
-                                plan_.per_replica_batch_size);
-  throw_error(ErrorCode::kFailedPrecondition,
-              "epoch {} gave no training step: a step needs a full batch of {} example(s) on each of the {} "
-              "replica(s) (train.global_batch_size {}), and the training data gave {}. Check data.files (an empty "
-              "or unreadable file?), records skipped under data.on_corrupt: skip (logged above), or lower "
-              "train.global_batch_size",
-              epoch + 1, plan_.per_replica_batch_size, plan_.replicas(), plan_.global_batch_size, given);
-}
-
 ReplicaLoop::EpochEnd ReplicaLoop::train_epoch(int64_t epoch, int64_t skip_batches) {
   BatchSource& source = *shared_.setup.train_sources[static_cast<size_t>(rank_)];
   source.start_epoch(epoch);
@@ -365,23 +299,6 @@ ReplicaLoop::EpochEnd ReplicaLoop::train_epoch(int64_t epoch, int64_t skip_batch
   dropped_ = 0;
   report_epoch(epoch, epoch_steps, epoch_times, dropped_total);
   return {batches, completed, epoch_steps, dropped_total, next};
-}
-
-void ReplicaLoop::report_epoch(int64_t epoch, int64_t steps, const StepBreakdown& times, int64_t dropped) {
-  if (!lead()) return;
-  shared_.summary.dropped_examples += dropped;
-  EpochReport report{epoch, steps, times, dropped};
-  shared_.for_each_callback([&](Callback& c) { c.on_epoch_end(report, shared_.control); });
-}
-
-void ReplicaLoop::check_resumed_batch(const Batch& batch, int64_t epoch, int64_t index) {
-  const uint32_t now = batch_fingerprint(batch);
-  TANDEM_CHECK(now == resume_fingerprint_, ErrorCode::kFailedPrecondition,
-               "resume: replica {}'s batch source gives another batch {} of epoch {} than the run that wrote the "
-               "checkpoint of step {} did (fingerprint {:08x}, saved {:08x}). Exact resume needs a source whose "
-               "start_epoch(e) gives the same batches in the same order every time (engine/core/batch.h): seed its "
-               "shuffling by the epoch and seed alone, and keep the data files as they were at the checkpoint",
-               rank_, index + 1, epoch + 1, start_step_, now, resume_fingerprint_);
 }
 
 bool ReplicaLoop::timed(int64_t step) const { return step > start_step_ + config_.loop.warmup_steps_for_timing; }
@@ -488,123 +405,6 @@ double ReplicaLoop::reduce_scalar_sum(double value) {
   flag_.data<float>()[0] = static_cast<float>(value);
   host_comm_->all_reduce(flag_, distribute::ReduceOp::kSum);
   return flag_.data<float>()[0];
-}
-
-void ReplicaLoop::report_step(int64_t epoch, int64_t step_in_epoch) {
-  // A terminal's bar is redrawn every step on CPU replicas; on GPUs only at log steps, since each
-  // redraw reads the device and samples NVML.
-  bool log_now = step_ % config_.loop.log_every_steps == 0 || (shared_.setup.terminal && ctx_->device().is_cpu());
-  StepReport& r = report_;
-  r.has_metrics = false;
-  if (log_now) {
-    // The one read of the device per log line, ordered after this replica's queued steps.
-    host_stats_.copy_from(stats_);
-    stats_.zero_();
-    host_comm_->all_reduce(host_stats_, distribute::ReduceOp::kSum);
-    check_loss_is_finite(host_stats_);
-    // One pass over the weights: at log lines only, not at every redraw of a terminal's bar.
-    if (step_ % config_.loop.log_every_steps == 0) check_parameters_are_finite();
-    last_log_step_ = step_;
-  }
-  if (!lead()) return;
-  r.step = step_;
-  r.epoch = epoch;
-  r.epochs = config_.loop.steps > 0 ? 0 : config_.loop.epochs;
-  r.step_in_epoch = step_in_epoch;
-  r.steps_per_epoch = shared_.setup.steps_per_epoch;
-  r.lr = lr_at(step_ - 1);
-  r.unit = task_.throughput_unit();
-  const float* s = host_stats_.data<float>();
-  const size_t metrics = train_metrics_.size();
-  if (log_now && s[metrics] != 0) {
-    const float examples = s[metrics];  // float division, as the figures have always been
-    r.has_metrics = true;
-    r.scalars.values.clear();
-    last_train_loss_ = s[0] / examples;
-    r.loss = *last_train_loss_;
-    // Examples carried from the checkpoint were timed by the run that saved it, not by this one.
-    r.images_per_sec = interval_total_ > 0 ? (examples - carried_examples_) / interval_total_ : 0.0;
-    r.input_wait_fraction = interval_total_ > 0 ? interval_input_ / interval_total_ : 0.0;
-    r.devices = report_gpus(r.input_wait_fraction);
-    for (size_t i = 0; i < metrics; ++i) r.scalars.add("train/" + train_metrics_[i], s[i] / examples);
-    r.scalars.add("train/lr", r.lr);
-    r.scalars.add("train/images_per_sec", r.images_per_sec);
-    r.scalars.add("train/input_wait_fraction", r.input_wait_fraction);
-    interval_input_ = interval_total_ = 0;
-    carried_examples_ = 0;
-  }
-  shared_.for_each_callback([&](Callback& c) { c.on_step_end(r, shared_.control); });
-}
-
-void ReplicaLoop::resume_log_interval(const CheckpointMeta& resume) {
-  if (resume.interval_start < 0 || resume.interval_sums.size() != static_cast<size_t>(stats_.numel())) return;
-  last_log_step_ = resume.interval_start;
-  carried_examples_ = resume.interval_sums.back();
-  if (global_rank_ != 0) return;  // the sums are every replica's already: one replica carries them
-  std::vector<float> sums(resume.interval_sums.begin(), resume.interval_sums.end());
-  stats_.copy_from(Tensor::from_vector(sums, stats_.shape()).to(ctx_->device()));
-}
-
-void ReplicaLoop::check_loss_is_finite(const Tensor& summed_stats) {
-  const float* s = summed_stats.data<float>();
-  const float examples = s[train_metrics_.size()];
-  if (examples == 0 || std::isfinite(s[0])) return;
-  const double loss = s[0] / examples;
-  const std::string where = fmt::format("the training loss is {} over steps {}..{} (the log interval)", loss,
-                                        last_log_step_ + 1, step_);
-  const std::string why = "the run diverged or its inputs hold NaN or inf: lower optimizer.lr, clip gradients "
-                          "(train.clip_grad_norm), or check the data's normalisation (data.image.mean and std)";
-  if (config_.loop.on_nan_loss == "warn") {
-    if (lead() && !nan_loss_warned_) spdlog::warn("{}; training on (train.on_nan_loss: warn): {}", where, why);
-    nan_loss_warned_ = true;
-    return;
-  }
-  throw_error(ErrorCode::kFailedPrecondition,
-              "{}: stopped before any later checkpoint could save these weights. {}; or set train.on_nan_loss: "
-              "warn to train on",
-              where, why);
-}
-
-void ReplicaLoop::check_parameters_are_finite() {
-  if (nan_parameters_warned_) return;
-  const std::string name = first_nonfinite_parameter(*ctx_, *model_);
-  if (name.empty()) return;
-  const std::string where = fmt::format("after step {} the parameter {} holds NaN or inf, though the loss may look "
-                                        "finite", step_, name);
-  const std::string why = "check the data's normalisation (data.image.mean and std), lower optimizer.lr or clip "
-                          "gradients (train.clip_grad_norm)";
-  if (config_.loop.on_nan_loss == "warn") {
-    if (lead()) spdlog::warn("{}; training on (train.on_nan_loss: warn): {}", where, why);
-    nan_parameters_warned_ = true;
-    return;
-  }
-  throw_error(ErrorCode::kFailedPrecondition,
-              "{}: stopped before any later checkpoint could save these weights. {}; or set train.on_nan_loss: warn "
-              "to train on", where, why);
-}
-
-std::string ReplicaLoop::report_gpus(double input_wait_fraction) {
-  Trainer::Shared& s = shared_;
-  if (!s.gpu_monitor) return {};
-  s.gpu_monitor->sample_into(s.gpu_indices, s.gpu_samples);
-  std::string text;
-  for (size_t i = 0; i < s.gpu_samples.size(); ++i) {
-    const backend::GpuSample& g = s.gpu_samples[i];
-    text += (i == 0 ? "" : " | ") + backend::format_gpu_sample(g);
-    std::string prefix = fmt::format("gpu{}/", g.index);
-    // NVML leaves out what a board does not report (NaN): no made-up zeros in the curves.
-    Scalars& out = report_.scalars;
-    if (std::isfinite(g.utilization_percent)) out.add(prefix + "utilization_percent", g.utilization_percent);
-    if (std::isfinite(g.memory_used_mb)) out.add(prefix + "memory_used_mb", g.memory_used_mb);
-    if (std::isfinite(g.power_watts)) out.add(prefix + "power_watts", g.power_watts);
-    std::string verdict = backend::gpu_idle_verdict(g.utilization_percent, input_wait_fraction);
-    if (!verdict.empty() && !s.gpu_idle_warned[i]) {
-      s.gpu_idle_warned[i] = 1;
-      finish_progress_line();
-      spdlog::warn("cuda:{} at step {}: {}", g.index, step_, verdict);
-    }
-  }
-  return text;
 }
 
 void ReplicaLoop::evaluate(int64_t step) {
