@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "engine/core/error.h"
+#include "engine/core/output_file.h"
 #include "engine/train/checkpoint/posix.h"
 
 namespace tandem::train {
@@ -220,7 +221,7 @@ void MetricsCsvSink::resume_at(int64_t step) {
     }
   }
   if (dropped == 0) return;
-  train::posix::write_file_atomically(path_, fmt::format("{}\n{}", kMetricsCsvHeader, kept));
+  write_file_atomically(path_, fmt::format("{}\n{}", kMetricsCsvHeader, kept), "metrics.csv");
   ::close(fd_);
   fd_ = -1;
   open_for_appending();

@@ -13,6 +13,7 @@
 #include <system_error>
 
 #include "engine/core/error.h"
+#include "engine/core/output_file.h"
 #include "engine/train/checkpoint/fs.h"
 #include "engine/train/checkpoint/posix.h"
 
@@ -120,7 +121,7 @@ void write_run_summary(const std::filesystem::path& path, const train::RunSummar
   }
   // NaN (a diverged loss) becomes null rather than text no JSON parser accepts.
   std::string text = doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-  train::posix::write_file_atomically(path, text);
+  write_file_atomically(path, text, "run summary");
 }
 
 }  // namespace tandem::tools

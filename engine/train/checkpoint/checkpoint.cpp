@@ -11,6 +11,7 @@
 
 #include <fmt/ranges.h>
 
+#include "engine/core/output_file.h"
 #include "engine/train/checkpoint/fs.h"
 #include "engine/train/checkpoint/posix.h"
 #include "engine/train/checkpoint/safetensors.h"
@@ -21,10 +22,6 @@ namespace {
 constexpr std::string_view kStepPrefix = "step-";
 // Everything a save or a prune stages starts with this; no real checkpoint does.
 constexpr std::string_view kTemporaryPrefix = ".tmp-";
-
-void write_text_file(const std::filesystem::path& path, const std::string& text) {
-  posix::write_file_atomically(path, text);
-}
 
 nlohmann::json file_record(const std::filesystem::path& path, size_t tensors) {
   return {{"bytes", fs::file_size(path)}, {"tensors", tensors}};
@@ -96,7 +93,7 @@ std::filesystem::path CheckpointManager::save(nn::Module& model, const optim::Op
     if (!replica_buffers.empty()) {
       j["files"][std::string(kReplicaBuffersFile)] = file_record(tmp / kReplicaBuffersFile, replica_buffers.size());
     }
-    write_text_file(tmp / kMetaFile, j.dump(2) + "\n");
+    write_file_atomically(tmp / kMetaFile, j.dump(2) + "\n", "checkpoint");
     stage_done("meta");
     posix::sync_directory(tmp);
     stage_done("synced");

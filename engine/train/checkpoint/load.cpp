@@ -7,6 +7,7 @@
 #include <set>
 
 #include "engine/train/checkpoint/checkpoint.h"
+#include "engine/core/output_file.h"
 #include "engine/train/checkpoint/fs.h"
 #include "engine/train/checkpoint/posix.h"
 #include "engine/train/checkpoint/json_brief.h"
@@ -120,7 +121,7 @@ void update_checkpoint_meta(const std::filesystem::path& checkpoint, const Check
   nlohmann::json j = read_meta_json(meta_path);
   nlohmann::json fresh = meta_to_json(meta);
   for (const char* key : {"metrics", "evaluated_step", "lr_scale", "callbacks"}) j[key] = fresh[key];
-  posix::write_file_atomically(meta_path, j.dump(2) + "\n");
+  write_file_atomically(meta_path, j.dump(2) + "\n", "checkpoint");
 }
 
 CheckpointMeta validate_checkpoint(const std::filesystem::path& checkpoint) {

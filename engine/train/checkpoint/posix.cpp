@@ -32,10 +32,6 @@ int open_checked(const std::filesystem::path& path, int flags, std::string_view 
               std::system_category().message(err), err);
 }
 
-File File::create(const std::filesystem::path& path) {
-  return File(open_checked(path, O_WRONLY | O_CREAT | O_TRUNC, "open for writing"), path);
-}
-
 File File::open_read(const std::filesystem::path& path) {
   return File(open_checked(path, O_RDONLY, "open for reading"), path);
 }
@@ -67,19 +63,6 @@ uint64_t File::size() const {
   struct stat st {};
   if (::fstat(fd_, &st) != 0) throw_errno("fstat", path_, errno);
   return static_cast<uint64_t>(st.st_size);
-}
-
-void File::write_all(const void* data, size_t bytes) {
-  const auto* p = static_cast<const char*>(data);
-  while (bytes > 0) {
-    ssize_t n = ::write(fd_, p, bytes);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw_errno("write", path_, errno);
-    }
-    p += n;
-    bytes -= static_cast<size_t>(n);
-  }
 }
 
 void File::read_at(void* data, size_t bytes, uint64_t offset) const {
@@ -129,10 +112,6 @@ void exchange_paths(const std::filesystem::path& a, const std::filesystem::path&
     throw_error(error_code_for_errno(err), "renameat2(RENAME_EXCHANGE) '{}' with '{}' failed: {} (errno {})", a.string(),
                 b.string(), std::system_category().message(err), err);
   }
-}
-
-void write_file_atomically(const std::filesystem::path& path, std::string_view text) {
-  tandem::write_file_atomically(path, text, "write");
 }
 
 }  // namespace tandem::train::posix

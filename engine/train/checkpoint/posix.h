@@ -1,5 +1,6 @@
-// Checked POSIX file calls for checkpoints: an RAII file descriptor with full writes, positioned
-// reads and fsync, and the directory fsync and rename calls that make a save atomic. Every failure
+// Checked POSIX file calls for checkpoints: an RAII file descriptor with positioned reads and fsync,
+// and the directory fsync and rename calls that make a save atomic (files themselves are written
+// through engine/core/output_file.h). Every failure
 // is a tandem::Error carrying the call, the path and the errno text.
 #pragma once
 
@@ -12,8 +13,6 @@ namespace tandem::train::posix {
 
 class File {
  public:
-  // O_WRONLY | O_CREAT | O_TRUNC, mode 0644.
-  static File create(const std::filesystem::path& path);
   static File open_read(const std::filesystem::path& path);
   // A directory opened only so it can be fsynced (its entries made durable).
   static File open_directory(const std::filesystem::path& path);
@@ -26,7 +25,6 @@ class File {
 
   const std::filesystem::path& path() const { return path_; }
   uint64_t size() const;
-  void write_all(const void* data, size_t bytes);
   // Reads exactly bytes at offset; a file that ends first is DataLoss naming the offset.
   void read_at(void* data, size_t bytes, uint64_t offset) const;
   void sync();
@@ -51,9 +49,5 @@ void rename_path(const std::filesystem::path& from, const std::filesystem::path&
 // Swaps two existing paths in one step (renameat2 RENAME_EXCHANGE), so replacing a directory
 // never leaves a moment with neither.
 void exchange_paths(const std::filesystem::path& a, const std::filesystem::path& b);
-// Replaces path's content with text all at once (tandem::write_file_atomically: a unique temporary
-// sibling, fsync, rename, directory fsync; only a regular file is ever replaced). A failure removes
-// the temporary and leaves path as it was.
-void write_file_atomically(const std::filesystem::path& path, std::string_view text);
 
 }  // namespace tandem::train::posix
