@@ -122,9 +122,6 @@ class ReplicaLoop {
   void check_loss_is_finite(const Tensor& summed_stats);
   // NaN or inf in a parameter (finite_guard.h), handled as a NaN loss is (train.on_nan_loss).
   void check_parameters_are_finite();
-  // The resumed checkpoint has this run's replica count and global batch: each replica takes its own
-  // saved position (and the resumed batch's fingerprint is checked); else the global position counts.
-  bool same_batches_as_checkpoint() const;
   // From a checkpoint's log interval: where it started and its sums (carried by global replica 0).
   void resume_log_interval(const CheckpointMeta& resume);
   // Micro-batch `index` of train.grad_accumulation_steps: a view of its share of the batch's rows.
@@ -202,5 +199,9 @@ class ReplicaLoop {
   int stop_signal_ = 0;  // the signal of that request (0: none, or a callback's)
   bool buffers_identical_ = false;  // BatchNorm statistics equal across replicas (1 replica, or synchronised)
 };
+
+// The resumed checkpoint has this run's replica count and global batch: each replica takes its own
+// saved position (and the resumed batch's fingerprint is checked); else the global position counts.
+bool same_batches_as(const CheckpointMeta& resume, const distribute::ReplicaPlan& plan);
 
 }  // namespace tandem::train

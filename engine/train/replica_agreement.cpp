@@ -12,17 +12,17 @@
 
 namespace tandem::train {
 
-bool ReplicaLoop::same_batches_as_checkpoint() const {
-  const auto& saved = shared_.resume->replicas;
+bool same_batches_as(const CheckpointMeta& resume, const distribute::ReplicaPlan& plan) {
+  const auto& saved = resume.replicas;
   // Another global batch counts its batches in other units, even with the same replica count.
-  return static_cast<int>(saved.size()) == plan_.replicas() &&
-         saved.front().data_position.value("global_batch", plan_.global_batch_size) == plan_.global_batch_size;
+  return !saved.empty() && static_cast<int>(saved.size()) == plan.replicas() &&
+         saved.front().data_position.value("global_batch", plan.global_batch_size) == plan.global_batch_size;
 }
 
 std::pair<int64_t, int64_t> ReplicaLoop::resume_position() const {
   if (!shared_.resume) return {0, 0};
   const auto& saved = shared_.resume->replicas;
-  if (same_batches_as_checkpoint()) {
+  if (same_batches_as(*shared_.resume, plan_)) {
     const auto& mine = saved[static_cast<size_t>(global_rank_)].data_position;
     return {mine.value("epoch", shared_.resume->epoch), mine.value("batches", int64_t{0})};
   }

@@ -68,7 +68,7 @@ void ReplicaLoop::setup() {
     // reports its evaluation, not nothing.
     if (lead()) shared_.summary.final_metrics = shared_.resume->metrics;
     lr_scale_ = static_cast<float>(shared_.resume->lr_scale);
-    if (same_batches_as_checkpoint()) {
+    if (same_batches_as(*shared_.resume, plan_)) {
       const nlohmann::json& position = saved[static_cast<size_t>(global_rank_)].data_position;
       resume_fingerprint_of_ = position.value("fingerprint_of", std::string());
       resume_fingerprint_ = position.value("fingerprint", uint32_t{0});

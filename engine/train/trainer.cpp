@@ -141,7 +141,7 @@ void log_replica_change(const CheckpointMeta& resume, const distribute::ReplicaP
                resume.step);
   const auto& position = resume.replicas.front().data_position;
   const int64_t saved_batch = position.value("global_batch", plan.global_batch_size);
-  if (static_cast<int>(resume.replicas.size()) == plan.replicas() && saved_batch == plan.global_batch_size) return;
+  if (same_batches_as(resume, plan)) return;
   int64_t examples = examples_into_epoch(resume.replicas.front(), plan.global_batch_size);
   // A batch-size change is the run's, not the data source's: it continues from the global position.
   spdlog::info("the checkpoint was written by {} replica(s) with global batch {}, this run has {} with {}: it continues "
