@@ -187,6 +187,7 @@ class ReplicaLoop {
   int64_t last_log_step_ = 0;  // the step of the last log line (the start of the next interval)
   bool nan_loss_warned_ = false;
   bool nan_parameters_warned_ = false;
+  int64_t parameters_checked_at_ = -1;  // the step whose weights check_parameters_are_finite last read
   std::set<std::string> warned_no_grad_;
   std::vector<double> step_times_;
   StepBreakdown timed_breakdown_;

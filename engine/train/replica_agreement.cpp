@@ -117,7 +117,9 @@ void ReplicaLoop::check_loss_is_finite(const Tensor& summed_stats) {
 }
 
 void ReplicaLoop::check_parameters_are_finite() {
-  if (nan_parameters_warned_) return;
+  // A checkpoint at a log line's step finds the weights checked already: one pass, one read.
+  if (nan_parameters_warned_ || parameters_checked_at_ == step_) return;
+  parameters_checked_at_ = step_;
   const std::string name = first_nonfinite_parameter(*ctx_, *model_);
   if (name.empty()) return;
   const std::string where = fmt::format("after step {} the parameter {} holds NaN or inf, though the loss may look "
