@@ -62,25 +62,27 @@ Variable CausalSelfAttention::forward(ExecutionContext& ctx, const Variable& x, 
   const Shape s = x.shape();
   const int64_t b = s[0], t = s[1], c = s[2], h = n_head_, d = c / h;
   Variable qkv = c_attn_->forward(ctx, x);  // (B, T, 3C)
-  const int perm[] = {2, 0, 3, 1, 4};       // (B, T, 3, H, D) -> (3, B, H, T, D)
+  const float p = is_training() ? dropout_ : 0.0f;
+  if (k_cache == nullptr) {  // training and evaluation: the heads split and merge inside the op
+    Variable y = autograd::packed_self_attention(ctx, qkv, h, p, true);  // (B, T, C)
+    return resid_dropout_->forward(ctx, c_proj_->forward(ctx, y));
+  }
+  const int perm[] = {2, 0, 3, 1, 4};  // (B, T, 3, H, D) -> (3, B, H, T, D)
   Variable heads = autograd::permute(ctx, autograd::reshape(ctx, qkv, Shape{b, t, 3, h, d}), perm);
   std::vector<Variable> parts = autograd::split(ctx, heads, 1, 0);
   auto head = [&](const Variable& v) { return autograd::reshape(ctx, v, Shape{b, h, t, d}); };
   Variable q = head(parts[0]), k = head(parts[1]), v = head(parts[2]);
-  if (k_cache != nullptr) {
-    // Generation runs without gradients: the cache holds plain tensors, grown by one concat a step.
-    if (k_cache->defined()) {
-      const Tensor ks[] = {*k_cache, k.value()}, vs[] = {*v_cache, v.value()};
-      *k_cache = backend::concat(ctx, ks, 2);
-      *v_cache = backend::concat(ctx, vs, 2);
-    } else {
-      *k_cache = k.value();
-      *v_cache = v.value();
-    }
-    k = Variable(*k_cache);
-    v = Variable(*v_cache);
+  // Generation runs without gradients: the cache holds plain tensors, grown by one concat a step.
+  if (k_cache->defined()) {
+    const Tensor ks[] = {*k_cache, k.value()}, vs[] = {*v_cache, v.value()};
+    *k_cache = backend::concat(ctx, ks, 2);
+    *v_cache = backend::concat(ctx, vs, 2);
+  } else {
+    *k_cache = k.value();
+    *v_cache = v.value();
   }
-  const float p = is_training() ? dropout_ : 0.0f;
+  k = Variable(*k_cache);
+  v = Variable(*v_cache);
   Variable y = autograd::scaled_dot_product_attention(ctx, q, k, v, {}, p, true);
   const int back[] = {0, 2, 1, 3};  // (B, H, T, D) -> (B, T, H, D)
   Variable merged = autograd::reshape(ctx, autograd::permute(ctx, y, back), Shape{b, t, c});

@@ -102,6 +102,11 @@ Variable layer_norm(ExecutionContext& ctx, const Variable& x, int normalized_dim
 Variable scaled_dot_product_attention(ExecutionContext& ctx, const Variable& q, const Variable& k, const Variable& v,
                                       const Tensor& attn_mask = {}, float dropout_p = 0.0f, bool is_causal = false,
                                       std::optional<float> scale = std::nullopt);
+// Self-attention of a packed projection: qkv (B, T, 3 H D), nn.Linear(C, 3C)'s output, -> (B, T, H D),
+// the same values as splitting q, k and v into (B, H, T, D) heads, scaled_dot_product_attention and
+// merging the heads back, without those copies where the device reads qkv by strides (CUDA). No mask.
+Variable packed_self_attention(ExecutionContext& ctx, const Variable& qkv, int64_t heads, float dropout_p = 0.0f,
+                               bool is_causal = false, std::optional<float> scale = std::nullopt);
 // Rows of weight (V, D) by i64 ids of any shape -> (ids..., D).
 Variable embedding(ExecutionContext& ctx, const Variable& weight, const Tensor& ids);
 

@@ -1,6 +1,6 @@
 // Differentiable ops of the transformer: layer_norm, matmul and linear on any leading dimensions,
-// scaled_dot_product_attention (memory-efficient: the backward recomputes the probabilities) and
-// embedding, with PyTorch's semantics.
+// scaled_dot_product_attention (memory-efficient: the backward recomputes the probabilities), the
+// same on a packed q/k/v projection (packed_self_attention) and embedding, with PyTorch's semantics.
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -127,6 +127,28 @@ Variable scaled_dot_product_attention(ExecutionContext& ctx, const Variable& q, 
                                                                            backend::contiguous(ctx, dy));
                    return std::vector<Tensor>{std::move(g.dq), std::move(g.dk), std::move(g.dv)};
                  });
+}
+
+Variable packed_self_attention(ExecutionContext& ctx, const Variable& qkv, int64_t heads, float dropout_p,
+                               bool is_causal, std::optional<float> scale) {
+  backend::AttentionParams p;
+  const Shape s = qkv.shape();
+  const int64_t d = s.rank() == 3 && heads > 0 ? s[2] / (3 * heads) : 0;  // the backend checks the rest
+  p.scale = scale ? *scale : (d > 0 ? 1.0f / std::sqrt(static_cast<float>(d)) : 1.0f);
+  p.causal = is_causal;
+  p.dropout_p = dropout_p;
+  // Drawn as scaled_dot_product_attention draws it, so a model moved onto this op keeps its stream.
+  p.dropout_seed = dropout_p > 0.0f ? ctx.generator().next_u64() : 0;
+  backend::AttentionForward f = backend::packed_attention_forward(ctx, p, heads, qkv.value());
+  Tensor qkvv = qkv.value(), y = f.y, lse = f.lse;
+  if (tracing()) {
+    trace_attributes("packed_self_attention", {{"heads", heads}, {"scale", double{p.scale}},
+                                               {"causal", int64_t{p.causal}}, {"dropout_p", double{dropout_p}}});
+  }
+  return make_op("packed_self_attention", std::move(f.y), {qkv}, [&ctx, p, heads, qkvv, y, lse](const Tensor& dy) {
+    return std::vector<Tensor>{
+        backend::packed_attention_backward(ctx, p, heads, qkvv, y, lse, backend::contiguous(ctx, dy))};
+  });
 }
 
 Variable embedding(ExecutionContext& ctx, const Variable& weight, const Tensor& ids) {

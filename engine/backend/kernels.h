@@ -188,6 +188,18 @@ struct KernelTable {
   void (*attention_backward)(Ctx&, const AttentionParams& p, const Tensor& q, const Tensor& k, const Tensor& v,
                              const Tensor& mask, const Tensor& y, const Tensor& lse, const Tensor& dy, Tensor& dq,
                              Tensor& dk, Tensor& dv) = nullptr;
+  // Self-attention on the packed projection, with no head split or merge copies. qkv (B, T, 3 H D) f32
+  // holds q, k and v of head h at columns [h D, (h + 1) D) of its first, second and third H D columns
+  // (the output of nn.Linear(C, 3C), as nanoGPT and nn.MultiheadAttention pack them) -> y (B, T, H D),
+  // the heads merged as the output projection reads them, and lse (B, H, T). No mask; Tq = Tk = T.
+  // ops.h calls these only where packed_attention_supported says so (null: never), and otherwise
+  // splits the heads, calls attention_forward / attention_backward and merges them.
+  bool (*packed_attention_supported)(Ctx&, const AttentionParams& p, int64_t head_dim) = nullptr;
+  void (*packed_attention_forward)(Ctx&, const AttentionParams& p, int64_t heads, const Tensor& qkv, Tensor& y,
+                                   Tensor& lse) = nullptr;
+  // dqkv (B, T, 3 H D): the gradients of q, k and v in qkv's layout; every element is written.
+  void (*packed_attention_backward)(Ctx&, const AttentionParams& p, int64_t heads, const Tensor& qkv,
+                                    const Tensor& y, const Tensor& lse, const Tensor& dy, Tensor& dqkv) = nullptr;
   // (V, D) weight, ids (any shape, i64, in [0, V)) -> y (ids..., D): rows gathered by id.
   void (*embedding_forward)(Ctx&, const Tensor& weight, const Tensor& ids, Tensor& y) = nullptr;
   // dweight (V, D) = for each id, the sum of dy's rows at its positions, in position order (the same

@@ -203,6 +203,14 @@ struct AttentionGrads {
 AttentionGrads attention_backward(Ctx&, const AttentionParams& p, const Tensor& q, const Tensor& k, const Tensor& v,
                                   const Tensor& mask, const Tensor& y, const Tensor& lse, const Tensor& dy);
 
+// Self-attention on a packed projection (kernels.h: packed_attention_forward): qkv (B, T, 3 H D) ->
+// y (B, T, H D) and lse (B, H, T), with the heads split and merged by the device's kernels where it
+// reads qkv by strides, and by copies around attention_forward where it does not. No mask.
+AttentionForward packed_attention_forward(Ctx&, const AttentionParams& p, int64_t heads, const Tensor& qkv);
+// dqkv (B, T, 3 H D), from the forward's y and lse.
+Tensor packed_attention_backward(Ctx&, const AttentionParams& p, int64_t heads, const Tensor& qkv, const Tensor& y,
+                                 const Tensor& lse, const Tensor& dy);
+
 // (V, D) weight rows by i64 id (any shape) -> (ids..., D); the backward sums rows by id.
 Tensor embedding_forward(Ctx&, const Tensor& weight, const Tensor& ids);
 Tensor embedding_backward(Ctx&, const Tensor& ids, const Tensor& dy, int64_t num_embeddings);

@@ -1,5 +1,7 @@
 // The checked entry points of ops.h for the transformer's ops: layer normalisation, batched
-// matrix products with broadcast batch dimensions, scaled dot-product attention and embedding.
+// matrix products with broadcast batch dimensions, scaled dot-product attention (also on a packed
+// q/k/v projection) and embedding.
+#include <array>
 #include <vector>
 
 #include "engine/backend/kernels.h"
@@ -165,6 +167,110 @@ AttentionGrads attention_backward(Ctx& ctx, const AttentionParams& p, const Tens
   }
   entry(table(ctx).attention_backward, op, ctx)(ctx, p, q, k, v, mask, y, lse, dy, g.dq, g.dk, g.dv);
   return g;
+}
+
+namespace {
+
+// The sizes of a packed projection qkv (B, T, 3 H D).
+struct PackedShape {
+  int64_t b, t, h, d;
+  int64_t c() const { return h * d; }
+};
+
+PackedShape check_packed(std::string_view op, const Ctx& ctx, const AttentionParams& p, int64_t heads,
+                         const Tensor& qkv) {
+  check_tensor(op, "qkv", qkv, ctx, DType::kF32, 3, "(B, T, 3 H D)");
+  TANDEM_CHECK(qkv.format() == MemoryFormat::kContiguous, ErrorCode::kInvalidArgument,
+               "{}: qkv {} must be contiguous", op, qkv.describe());
+  TANDEM_CHECK(heads >= 1, ErrorCode::kInvalidArgument, "{}: heads must be at least 1, got {}", op, heads);
+  const int64_t width = qkv.dim(2);
+  TANDEM_CHECK(width > 0 && width % (3 * heads) == 0, ErrorCode::kInvalidArgument,
+               "{}: the last dimension of qkv {} must be 3 * heads * head_dim, a positive multiple of 3 * {} = {}; "
+               "pass the output of a Linear(C, 3 C) whose C is a multiple of heads",
+               op, qkv.shape().str(), heads, 3 * heads);
+  TANDEM_CHECK(p.dropout_p >= 0.0f && p.dropout_p < 1.0f, ErrorCode::kInvalidArgument,
+               "{}: dropout_p must be in [0, 1), got {}", op, p.dropout_p);
+  return {qkv.dim(0), qkv.dim(1), heads, width / (3 * heads)};
+}
+
+// The forward's y (B, T, H D) and lse (B, H, T) for qkv, and dy of y's shape.
+void check_packed_saved(std::string_view op, const Ctx& ctx, const PackedShape& s, const Tensor& qkv,
+                        const Tensor& y, const Tensor& lse, const Tensor& dy) {
+  check_tensor(op, "y", y, ctx, DType::kF32, 3, "(B, T, H D)");
+  TANDEM_CHECK(y.shape() == (Shape{s.b, s.t, s.c()}), ErrorCode::kInvalidArgument,
+               "{}: y {} must be (B, T, H D) = ({}, {}, {}) for qkv {}", op, y.shape().str(), s.b, s.t, s.c(),
+               qkv.shape().str());
+  check_tensor(op, "dy", dy, ctx, DType::kF32, 3, "(B, T, H D)");
+  check_same(op, "y", y, "dy", dy);
+  check_tensor(op, "lse", lse, ctx, DType::kF32, 3, "(B, H, T)");
+  TANDEM_CHECK(lse.shape() == (Shape{s.b, s.h, s.t}), ErrorCode::kInvalidArgument,
+               "{}: lse {} must be (B, H, T) = ({}, {}, {}), the forward's", op, lse.shape().str(), s.b, s.h, s.t);
+}
+
+bool packed_kernels(Ctx& ctx, const AttentionParams& p, const PackedShape& s) {
+  const auto supported = table(ctx).packed_attention_supported;
+  return supported != nullptr && supported(ctx, p, s.d);
+}
+
+// q, k and v (B, H, T, D), contiguous: qkv (B, T, 3, H, D) permuted to (3, B, H, T, D) and cut in
+// three, the very copies autograd's permute and split made before this op, so the bits match.
+std::array<Tensor, 3> split_heads(Ctx& ctx, const Tensor& qkv, const PackedShape& s) {
+  const int perm[] = {2, 0, 3, 1, 4};
+  Tensor heads = permute(ctx, qkv.reshape({s.b, s.t, 3, s.h, s.d}), perm);
+  auto part = [&](int64_t i) { return narrow(ctx, heads, 0, i, 1).reshape({s.b, s.h, s.t, s.d}); };
+  return {part(0), part(1), part(2)};
+}
+
+// (B, H, T, D) <-> (B, T, H D): the permutation {0, 2, 1, 3} is its own inverse.
+Tensor merge_heads(Ctx& ctx, const Tensor& x, const PackedShape& s) {
+  const int perm[] = {0, 2, 1, 3};
+  return permute(ctx, x, perm).reshape({s.b, s.t, s.c()});
+}
+
+Tensor unmerge_heads(Ctx& ctx, const Tensor& x, const PackedShape& s) {
+  const int perm[] = {0, 2, 1, 3};
+  return permute(ctx, x.reshape({s.b, s.t, s.h, s.d}), perm);
+}
+
+}  // namespace
+
+AttentionForward packed_attention_forward(Ctx& ctx, const AttentionParams& p, int64_t heads, const Tensor& qkv) {
+  constexpr std::string_view op = "packed_self_attention";
+  const PackedShape s = check_packed(op, ctx, p, heads, qkv);
+  if (s.b == 0 || s.t == 0) {  // an empty batch or sequence: empty results, as PyTorch's
+    return {Tensor::empty({s.b, s.t, s.c()}, DType::kF32, ctx.device()),
+            Tensor::empty({s.b, s.h, s.t}, DType::kF32, ctx.device())};
+  }
+  if (packed_kernels(ctx, p, s)) {
+    AttentionForward out{Tensor::empty({s.b, s.t, s.c()}, DType::kF32, ctx.device()),
+                         Tensor::empty({s.b, s.h, s.t}, DType::kF32, ctx.device())};
+    entry(table(ctx).packed_attention_forward, op, ctx)(ctx, p, heads, qkv, out.y, out.lse);
+    return out;
+  }
+  const std::array<Tensor, 3> h = split_heads(ctx, qkv, s);
+  AttentionForward f = attention_forward(ctx, p, h[0], h[1], h[2]);
+  return {merge_heads(ctx, f.y, s), std::move(f.lse)};
+}
+
+Tensor packed_attention_backward(Ctx& ctx, const AttentionParams& p, int64_t heads, const Tensor& qkv,
+                                 const Tensor& y, const Tensor& lse, const Tensor& dy) {
+  constexpr std::string_view op = "packed_self_attention_backward";
+  const PackedShape s = check_packed(op, ctx, p, heads, qkv);
+  check_packed_saved(op, ctx, s, qkv, y, lse, dy);
+  if (s.b == 0 || s.t == 0) return Tensor::empty(qkv.shape(), DType::kF32, ctx.device());  // no element to write
+  if (packed_kernels(ctx, p, s)) {
+    Tensor dqkv = Tensor::empty(qkv.shape(), DType::kF32, ctx.device());
+    entry(table(ctx).packed_attention_backward, op, ctx)(ctx, p, heads, qkv, y, lse, dy, dqkv);
+    return dqkv;
+  }
+  const std::array<Tensor, 3> h = split_heads(ctx, qkv, s);
+  AttentionGrads g = attention_backward(ctx, p, h[0], h[1], h[2], Tensor(), unmerge_heads(ctx, y, s), lse,
+                                        unmerge_heads(ctx, dy, s));
+  // (3, B, H, T, D) -> (B, T, 3, H, D): the inverse of split_heads' permutation.
+  const Tensor grads[] = {g.dq.reshape({1, s.b, s.h, s.t, s.d}), g.dk.reshape({1, s.b, s.h, s.t, s.d}),
+                          g.dv.reshape({1, s.b, s.h, s.t, s.d})};
+  const int perm[] = {1, 3, 0, 2, 4};
+  return permute(ctx, concat(ctx, grads, 0), perm).reshape(qkv.shape());
 }
 
 Tensor embedding_forward(Ctx& ctx, const Tensor& weight, const Tensor& ids) {

@@ -20,7 +20,8 @@ extern "C" {
 // 8: the kernel table gained the N-D and transformer ops (permute ... embedding_backward), and
 //    cross-entropy takes ignore_index.
 // 9: KernelTable::to_bf16. 10: KernelTable::from_bf16.
-inline constexpr int kTandemCudaPluginAbi = 10;
+// 11: the kernel table gained packed attention (packed_attention_supported, _forward, _backward).
+inline constexpr int kTandemCudaPluginAbi = 11;
 inline constexpr const char* kTandemCudaPluginEntry = "tandem_cuda_plugin_init";
 // Returns the kernel table without initialising CUDA (no driver call): for tests and the doctor.
 inline constexpr const char* kTandemCudaKernelTableEntry = "tandem_cuda_kernel_table";

@@ -1,5 +1,5 @@
 // The ONNX forms of the transformer's ops: GELU, softmax, masks, layout changes, slices and
-// concatenations, layer norm, attention and embeddings.
+// concatenations, layer norm, attention (also on a packed q/k/v projection) and embeddings.
 #include <cmath>
 #include <limits>
 #include <map>
@@ -98,15 +98,14 @@ std::string causal_scores(OpContext& c, const std::string& q, const std::string&
   return g.add("Where", {blocked, g.scalar_f32(-std::numeric_limits<float>::infinity()), scores});
 }
 
-void attention(OpContext& c) {
+// The nodes of softmax(q k^T scale + mask) v on (B, H, T, D) values; the mask only where the op has one.
+std::string attention_nodes(OpContext& c, const std::string& q, const std::string& k, const std::string& v) {
   GraphBuilder& g = c.g;
   if (c.real("dropout_p") != 0.0f) c.unsupported("attention dropout is on: the forward ran in training mode");
-  TANDEM_CHECK(c.op().inputs[0].rank() == 4, ErrorCode::kInvalidArgument,
-               "export_onnx: {}: attention takes (B, H, T, D)", c.describe());
-  std::string q = c.input(0), k = c.input(1), v = c.input(2);
   std::string kt = g.add("Transpose", {k}, {{"perm", std::vector<int64_t>{0, 1, 3, 2}}});
   std::string scores = g.add("Mul", {g.add("MatMul", {q, kt}), g.scalar_f32(c.real("scale"))});
-  if (c.tensor("mask").defined()) {
+  const bool has_mask = c.has("mask") && c.tensor("mask").defined();
+  if (has_mask) {
     std::string mask = c.tensor_input("mask");
     if (c.tensor("mask").dtype() == DType::kU8) {  // true takes part
       std::string keep = g.add("Cast", {mask}, {{"to", kOnnxBool}});
@@ -115,11 +114,34 @@ void attention(OpContext& c) {
       scores = g.add("Add", {scores, mask});
     }
   }
-  const bool masked = c.tensor("mask").defined() || c.integer("causal") != 0;
+  const bool masked = has_mask || c.integer("causal") != 0;
   if (c.integer("causal") != 0) scores = causal_scores(c, q, k, scores);
   std::string p = g.add("Softmax", {scores}, {{"axis", int64_t{-1}}});
   if (masked) p = g.add("Where", {g.add("IsNaN", {p}), g.scalar_f32(0.0f), p});
-  c.output(g.add("MatMul", {p, v}));
+  return g.add("MatMul", {p, v});
+}
+
+void attention(OpContext& c) {
+  TANDEM_CHECK(c.op().inputs[0].rank() == 4, ErrorCode::kInvalidArgument,
+               "export_onnx: {}: attention takes (B, H, T, D)", c.describe());
+  c.output(attention_nodes(c, c.input(0), c.input(1), c.input(2)));
+}
+
+// qkv (B, T, 3 H D) -> (B, T, 3, H, D) -> (3, B, H, T, D), q, k and v gathered from it, attention,
+// and the heads merged back: (B, H, T, D) -> (B, T, H, D) -> (B, T, H D). B and T may be dynamic.
+void packed_self_attention(OpContext& c) {
+  GraphBuilder& g = c.g;
+  TANDEM_CHECK(c.op().inputs[0].rank() == 3, ErrorCode::kInvalidArgument,
+               "export_onnx: {}: packed self-attention takes (B, T, 3 H D)", c.describe());
+  const std::vector<SymbolicDim> out = c.output_shape();  // (B, T, H D)
+  const int64_t heads = c.integer("heads"), d = c.op().inputs[0].dim(2) / (3 * heads);
+  const std::vector<SymbolicDim> split{out[0], out[1], SymbolicDim{3, {}}, SymbolicDim{heads, {}}, SymbolicDim{d, {}}};
+  std::string x = g.add("Reshape", {c.input(0), g.shape_tensor(split)});
+  x = g.add("Transpose", {x}, {{"perm", std::vector<int64_t>{2, 0, 3, 1, 4}}});
+  auto part = [&](int64_t i) { return g.add("Gather", {x, g.scalar_i64(i)}, {{"axis", int64_t{0}}}); };
+  std::string q = part(0), k = part(1), v = part(2);
+  std::string y = g.add("Transpose", {attention_nodes(c, q, k, v)}, {{"perm", std::vector<int64_t>{0, 2, 1, 3}}});
+  c.output(g.add("Reshape", {y, g.shape_tensor(out)}));
 }
 
 }  // namespace
@@ -138,6 +160,7 @@ const EmitterTable& transformer_emitters() {
       {"concat", concat},
       {"layer_norm", layer_norm},
       {"scaled_dot_product_attention", attention},
+      {"packed_self_attention", packed_self_attention},
       {"embedding",
        [](OpContext& c) { c.output(c.g.add("Gather", {c.input(0), c.tensor_input("ids")}, {{"axis", int64_t{0}}})); }},
   };

@@ -58,12 +58,15 @@ Variable MultiheadAttention::forward(ExecutionContext& ctx, const Variable& x, c
                "MultiheadAttention: x must be (N, T, {}) (batch first), got {}", options_.embed_dim, s.str());
   const int64_t n = s[0], t = s[1], e = s[2], h = options_.num_heads, d = e / h;
   Variable qkv = autograd::linear(ctx, x, in_proj_weight_, in_proj_bias_);  // (N, T, 3E)
+  const float p = is_training() ? options_.dropout : 0.0f;
+  if (!attn_mask.defined()) {  // the heads split and merge inside the op
+    return out_proj_->forward(ctx, autograd::packed_self_attention(ctx, qkv, h, p, is_causal));
+  }
   // (N, T, 3, H, D) -> (3, N, H, T, D): q, k and v each (N, H, T, D), contiguous.
   const int perm[] = {2, 0, 3, 1, 4};
   Variable heads = autograd::permute(ctx, autograd::reshape(ctx, qkv, Shape{n, t, 3, h, d}), perm);
   std::vector<Variable> parts = autograd::split(ctx, heads, 1, 0);
   auto head_view = [&](const Variable& v) { return autograd::reshape(ctx, v, Shape{n, h, t, d}); };
-  const float p = is_training() ? options_.dropout : 0.0f;
   Variable y = autograd::scaled_dot_product_attention(ctx, head_view(parts[0]), head_view(parts[1]),
                                                       head_view(parts[2]), attn_mask, p, is_causal);
   const int back[] = {0, 2, 1, 3};  // (N, H, T, D) -> (N, T, H, D)

@@ -1,7 +1,7 @@
 // GPT (nanoGPT's names, tied lm_head, GPT-2's initialisation) and ViT (torchvision's names) as
 // built here, and generation: greedy decoding with the key/value cache gives the tokens decoding
-// without it gives, also once the sequence outgrows block_size; top-k of 1 is greedy; sampling
-// repeats from its seed.
+// without it gives, also once the sequence outgrows block_size; the packed attention of the forward
+// gives the logits of the cache's split heads; top-k of 1 is greedy; sampling repeats from its seed.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -81,6 +81,21 @@ TEST(Gpt, GreedyGenerationWithTheCacheGivesTheTokensWithoutIt) {
   // Top-k of 1 at any temperature is greedy too.
   GenerateOptions top1{.max_new_tokens = 20, .temperature = 0.7f, .top_k = 1, .seed = 5};
   EXPECT_EQ(generate(ctx, *model, prompt, top1), cached);
+}
+
+// The forward without a cache runs packed_self_attention; the cached one (from empty, over the
+// whole sequence) still splits the heads and calls scaled_dot_product_attention: the same bits.
+TEST(Gpt, PackedAttentionGivesTheLogitsOfTheSplitHeadsPath) {
+  ExecutionContext ctx(Device::cpu(), 2, 1);
+  auto model = small_gpt(6);
+  model->eval();
+  Tensor ids = Tensor::empty({2, 11}, DType::kI64);
+  for (int64_t i = 0; i < ids.numel(); ++i) ids.data<int64_t>()[i] = (i * 7 + 3) % 29;
+  const std::vector<float> packed = model->forward(ctx, autograd::Variable(ids)).value().to_vector();
+  KvCache cache;
+  const std::vector<float> split = model->forward(ctx, ids, cache).value().to_vector();
+  ASSERT_EQ(packed.size(), 2u * 11 * 29);
+  EXPECT_EQ(packed, split);
 }
 
 TEST(Gpt, SamplingRepeatsFromItsSeed) {
