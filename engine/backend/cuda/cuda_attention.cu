@@ -1,27 +1,22 @@
-// scaled_dot_product_attention on the GPU, FlashAttention's scheme in f32: no (Tq, Tk) tensor is
-// ever stored. Forward: a thread per query row, key/value tiles of kCols in shared memory, an online
-// softmax per row (rescaled once per tile). Backward in two kernels with no atomics, so gradients
-// repeat bitwise: a thread per key row accumulates dk and dv over query tiles, then a thread per
-// query row accumulates dq over key tiles; both recompute probabilities from the saved lse. Head
-// sizes 16, 32, 48 and 64 (equal for q, k and v) take these kernels; others, and
-// TANDEM_CUDA_ATTENTION=unfused, take the unfused path (cuda_attention_unfused.cu).
+// scaled_dot_product_attention's f32 kernels, FlashAttention's scheme without tensor cores: no
+// (Tq, Tk) tensor is ever stored. Forward: a thread per query row, key/value tiles of kCols in shared
+// memory, an online softmax per row (rescaled once per tile). Backward in two kernels with no atomics,
+// so gradients repeat bitwise: a thread per key row accumulates dk and dv over query tiles, then a
+// thread per query row accumulates dq over key tiles; both recompute probabilities from the saved
+// lse. Head sizes 16, 32, 48 and 64; q, k, v and y are read and written by AttnLayout's strides.
+// Which path runs is cuda_attention_dispatch.cu's choice.
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #include "engine/backend/cuda/cuda_attention_common.cuh"
 #include "engine/backend/cuda/cuda_check.h"
-#include "engine/backend/cuda/cuda_context.h"
-#include "engine/backend/cuda/cuda_kernels.h"
 #include "engine/backend/cuda/cuda_reduce.cuh"
 
 namespace tandem::backend::cuda {
 namespace {
 
-using tandem::cuda::CudaContext;
 using tandem::cuda::kFullWarp;
 using tandem::cuda::kWarpSize;
 
@@ -34,14 +29,17 @@ __global__ void __launch_bounds__(kRows) flash_forward_kernel(AttnLayout a, cons
                                                               const float* v, float* y, float* lse) {
   __shared__ float ks[kCols][D];
   __shared__ float vs[kCols][D];
-  const int64_t bh = blockIdx.y;
-  const int64_t i0 = static_cast<int64_t>(blockIdx.x) * kRows;
+  const int64_t bh = blockIdx.x;  // heads on x: up to 2^31 - 1 of them
+  const int64_t i0 = static_cast<int64_t>(blockIdx.y) * kRows;
   const int64_t i = i0 + threadIdx.x;
   const bool active = i < a.tq;
+  q += head_row(a.qs, a.h, bh, 0);
+  k += head_row(a.ks, a.h, bh, 0);
+  v += head_row(a.vs, a.h, bh, 0);
   float qr[D], o[D];
 #pragma unroll
   for (int c = 0; c < D; ++c) {
-    qr[c] = active ? q[(bh * a.tq + i) * D + c] : 0.0f;
+    qr[c] = active ? q[i * a.qs.row + c] : 0.0f;
     o[c] = 0.0f;
   }
   float m = -INFINITY, l = 0.0f;
@@ -50,8 +48,8 @@ __global__ void __launch_bounds__(kRows) flash_forward_kernel(AttnLayout a, cons
     const int nk = key_end - j0 < kCols ? static_cast<int>(key_end - j0) : kCols;
     for (int e = threadIdx.x; e < kCols * D; e += kRows) {
       const int r = e / D, c = e % D;
-      ks[r][c] = r < nk ? k[(bh * a.tk + j0 + r) * D + c] : 0.0f;
-      vs[r][c] = r < nk ? v[(bh * a.tk + j0 + r) * D + c] : 0.0f;
+      ks[r][c] = r < nk ? k[(j0 + r) * a.ks.row + c] : 0.0f;
+      vs[r][c] = r < nk ? v[(j0 + r) * a.vs.row + c] : 0.0f;
     }
     __syncthreads();
     if (active) {
@@ -88,7 +86,7 @@ __global__ void __launch_bounds__(kRows) flash_forward_kernel(AttnLayout a, cons
   // A query that sees no key gets zeros and lse -inf (the CPU backend's rule).
   const float inv = l > 0.0f ? 1.0f / l : 0.0f;
 #pragma unroll
-  for (int c = 0; c < D; ++c) y[(bh * a.tq + i) * D + c] = o[c] * inv;
+  for (int c = 0; c < D; ++c) y[head_row(a.ys, a.h, bh, i) + c] = o[c] * inv;
   lse[bh * a.tq + i] = l > 0.0f ? m + logf(l) : -INFINITY;
 }
 
@@ -107,15 +105,17 @@ __global__ void __launch_bounds__(kGradRows) flash_dkdv_kernel(AttnLayout a, con
   __shared__ float qs[kCols][D];
   __shared__ float dys[kCols][D];
   __shared__ float lse_s[kCols], delta_s[kCols];
-  const int64_t bh = blockIdx.y;
-  const int64_t j0 = static_cast<int64_t>(blockIdx.x) * kGradRows;
+  const int64_t bh = blockIdx.x;  // heads on x: up to 2^31 - 1 of them
+  const int64_t j0 = static_cast<int64_t>(blockIdx.y) * kGradRows;
   const int64_t j = j0 + threadIdx.x;
   const bool active = j < a.tk;
+  q += head_row(a.qs, a.h, bh, 0);
+  dy += head_row(a.ys, a.h, bh, 0);
   for (int e = threadIdx.x; e < kGradRows * D; e += kGradRows) {
     const int r = e / D, c = e % D;
     const bool in = j0 + r < a.tk;
-    kr[r][c] = in ? k[(bh * a.tk + j0 + r) * D + c] : 0.0f;
-    vr[r][c] = in ? v[(bh * a.tk + j0 + r) * D + c] : 0.0f;
+    kr[r][c] = in ? k[head_row(a.ks, a.h, bh, j0 + r) + c] : 0.0f;
+    vr[r][c] = in ? v[head_row(a.vs, a.h, bh, j0 + r) + c] : 0.0f;
   }
   float dk_acc[D], dv_acc[D];
 #pragma unroll
@@ -128,8 +128,8 @@ __global__ void __launch_bounds__(kGradRows) flash_dkdv_kernel(AttnLayout a, con
     const int nq = a.tq - i0 < kCols ? static_cast<int>(a.tq - i0) : kCols;
     for (int e = threadIdx.x; e < kCols * D; e += kGradRows) {
       const int r = e / D, c = e % D;
-      qs[r][c] = r < nq ? q[(bh * a.tq + i0 + r) * D + c] : 0.0f;
-      dys[r][c] = r < nq ? dy[(bh * a.tq + i0 + r) * D + c] : 0.0f;
+      qs[r][c] = r < nq ? q[(i0 + r) * a.qs.row + c] : 0.0f;
+      dys[r][c] = r < nq ? dy[(i0 + r) * a.ys.row + c] : 0.0f;
     }
     for (int r = threadIdx.x; r < kCols; r += kGradRows) {
       lse_s[r] = r < nq ? lse[bh * a.tq + i0 + r] : -INFINITY;
@@ -161,8 +161,8 @@ __global__ void __launch_bounds__(kGradRows) flash_dkdv_kernel(AttnLayout a, con
   if (!active) return;
 #pragma unroll
   for (int c = 0; c < D; ++c) {
-    dk[(bh * a.tk + j) * D + c] = dk_acc[c] * a.scale;
-    dv[(bh * a.tk + j) * D + c] = dv_acc[c];
+    dk[head_row(a.ks, a.h, bh, j) + c] = dk_acc[c] * a.scale;
+    dv[head_row(a.vs, a.h, bh, j) + c] = dv_acc[c];
   }
 }
 
@@ -175,15 +175,17 @@ __global__ void __launch_bounds__(kGradRows) flash_dq_kernel(AttnLayout a, const
   __shared__ float dyr[kGradRows][D + 1];
   __shared__ float ks[kCols][D];
   __shared__ float vs[kCols][D];
-  const int64_t bh = blockIdx.y;
-  const int64_t i0 = static_cast<int64_t>(blockIdx.x) * kGradRows;
+  const int64_t bh = blockIdx.x;  // heads on x: up to 2^31 - 1 of them
+  const int64_t i0 = static_cast<int64_t>(blockIdx.y) * kGradRows;
   const int64_t i = i0 + threadIdx.x;
   const bool active = i < a.tq;
+  k += head_row(a.ks, a.h, bh, 0);
+  v += head_row(a.vs, a.h, bh, 0);
   for (int e = threadIdx.x; e < kGradRows * D; e += kGradRows) {
     const int r = e / D, c = e % D;
     const bool in = i0 + r < a.tq;
-    qr[r][c] = in ? q[(bh * a.tq + i0 + r) * D + c] : 0.0f;
-    dyr[r][c] = in ? dy[(bh * a.tq + i0 + r) * D + c] : 0.0f;
+    qr[r][c] = in ? q[head_row(a.qs, a.h, bh, i0 + r) + c] : 0.0f;
+    dyr[r][c] = in ? dy[head_row(a.ys, a.h, bh, i0 + r) + c] : 0.0f;
   }
   const float row_lse = active ? lse[bh * a.tq + i] : -INFINITY;
   const float row_delta = active ? delta[bh * a.tq + i] : 0.0f;
@@ -196,8 +198,8 @@ __global__ void __launch_bounds__(kGradRows) flash_dq_kernel(AttnLayout a, const
     const int nk = key_end - j0 < kCols ? static_cast<int>(key_end - j0) : kCols;
     for (int e = threadIdx.x; e < kCols * D; e += kGradRows) {
       const int r = e / D, c = e % D;
-      ks[r][c] = r < nk ? k[(bh * a.tk + j0 + r) * D + c] : 0.0f;
-      vs[r][c] = r < nk ? v[(bh * a.tk + j0 + r) * D + c] : 0.0f;
+      ks[r][c] = r < nk ? k[(j0 + r) * a.ks.row + c] : 0.0f;
+      vs[r][c] = r < nk ? v[(j0 + r) * a.vs.row + c] : 0.0f;
     }
     __syncthreads();
     if (active) {
@@ -220,7 +222,7 @@ __global__ void __launch_bounds__(kGradRows) flash_dq_kernel(AttnLayout a, const
   }
   if (!active) return;
 #pragma unroll
-  for (int c = 0; c < D; ++c) dq[(bh * a.tq + i) * D + c] = dq_acc[c] * a.scale;
+  for (int c = 0; c < D; ++c) dq[head_row(a.qs, a.h, bh, i) + c] = dq_acc[c] * a.scale;
 }
 
 __global__ void delta_kernel(const float* y, const float* dy, float* delta, int64_t rows, int64_t dv) {
@@ -235,86 +237,77 @@ __global__ void delta_kernel(const float* y, const float* dy, float* delta, int6
   }
 }
 
-bool use_flash(const AttnLayout& a) {
-  const char* choice = std::getenv("TANDEM_CUDA_ATTENTION");
-  if (choice != nullptr && std::strcmp(choice, "unfused") == 0) return false;
-  return a.d == a.dv && (a.d == 16 || a.d == 32 || a.d == 48 || a.d == 64);
+// delta_kernel for y and dy laid out by a.ys; row = bh Tq + i.
+__global__ void strided_delta_kernel(AttnLayout a, const float* y, const float* dy, float* delta) {
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t rows = a.heads * a.tq;
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * blockDim.x / kWarpSize;
+  for (int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kWarpSize; row < rows;
+       row += warps) {
+    const int64_t offset = head_row(a.ys, a.h, row / a.tq, row % a.tq);
+    float s = 0.0f;
+    for (int64_t c = lane; c < a.dv; c += kWarpSize) s += y[offset + c] * dy[offset + c];
+    for (int o = kWarpSize / 2; o > 0; o /= 2) s += __shfl_xor_sync(kFullWarp, s, o);
+    if (lane == 0) delta[row] = s;
+  }
+}
+
+unsigned delta_blocks(int64_t rows) {
+  const int64_t blocks = (rows * kWarpSize + 255) / 256;
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > 65535 ? 65535 : blocks));
 }
 
 template <int D>
-void flash_forward(CudaContext& cc, const AttnLayout& a, const Tensor& q, const Tensor& k, const Tensor& v, Tensor& y,
-                   Tensor& lse) {
-  const dim3 grid(static_cast<unsigned>((a.tq + kRows - 1) / kRows), static_cast<unsigned>(a.heads));
-  flash_forward_kernel<D><<<grid, kRows, 0, cc.stream()>>>(a, q.data<float>(), k.data<float>(), v.data<float>(),
-                                                           y.data<float>(), lse.data<float>());
-  TANDEM_CUDA_LAUNCH_CHECK("flash_forward_kernel", "q={} k={} v={} causal={}", q.shape().str(), k.shape().str(),
-                           v.shape().str(), a.causal);
+void forward_f32(const AttnLayout& a, const float* q, const float* k, const float* v, float* y, float* lse,
+                 cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(a.heads), static_cast<unsigned>((a.tq + kRows - 1) / kRows));
+  flash_forward_kernel<D><<<grid, kRows, 0, stream>>>(a, q, k, v, y, lse);
+  TANDEM_CUDA_LAUNCH_CHECK("flash_forward_kernel", "D={} heads={} tq={} tk={} causal={}", D, a.heads, a.tq, a.tk,
+                           a.causal);
 }
 
 template <int D>
-void flash_backward(CudaContext& cc, const AttnLayout& a, const Tensor& q, const Tensor& k, const Tensor& v,
-                    const Tensor& dy, const Tensor& lse, const float* delta, Tensor& dq, Tensor& dk, Tensor& dv) {
-  const dim3 key_grid(static_cast<unsigned>((a.tk + kGradRows - 1) / kGradRows), static_cast<unsigned>(a.heads));
-  flash_dkdv_kernel<D><<<key_grid, kGradRows, 0, cc.stream()>>>(a, q.data<float>(), k.data<float>(), v.data<float>(),
-                                                                dy.data<float>(), lse.data<float>(), delta,
-                                                                dk.data<float>(), dv.data<float>());
-  TANDEM_CUDA_LAUNCH_CHECK("flash_dkdv_kernel", "q={} k={} v={}", q.shape().str(), k.shape().str(), v.shape().str());
-  const dim3 query_grid(static_cast<unsigned>((a.tq + kGradRows - 1) / kGradRows), static_cast<unsigned>(a.heads));
-  flash_dq_kernel<D><<<query_grid, kGradRows, 0, cc.stream()>>>(a, q.data<float>(), k.data<float>(), v.data<float>(),
-                                                                dy.data<float>(), lse.data<float>(), delta,
-                                                                dq.data<float>());
-  TANDEM_CUDA_LAUNCH_CHECK("flash_dq_kernel", "q={} k={} v={}", q.shape().str(), k.shape().str(), v.shape().str());
+void backward_f32(const AttnLayout& a, const F32AttentionGrads& g, cudaStream_t stream) {
+  const dim3 key_grid(static_cast<unsigned>(a.heads), static_cast<unsigned>((a.tk + kGradRows - 1) / kGradRows));
+  flash_dkdv_kernel<D><<<key_grid, kGradRows, 0, stream>>>(a, g.q, g.k, g.v, g.dy, g.lse, g.delta, g.dk, g.dv);
+  TANDEM_CUDA_LAUNCH_CHECK("flash_dkdv_kernel", "D={} heads={} tq={} tk={}", D, a.heads, a.tq, a.tk);
+  const dim3 query_grid(static_cast<unsigned>(a.heads), static_cast<unsigned>((a.tq + kGradRows - 1) / kGradRows));
+  flash_dq_kernel<D><<<query_grid, kGradRows, 0, stream>>>(a, g.q, g.k, g.v, g.dy, g.lse, g.delta, g.dq);
+  TANDEM_CUDA_LAUNCH_CHECK("flash_dq_kernel", "D={} heads={} tq={} tk={}", D, a.heads, a.tq, a.tk);
 }
 
 }  // namespace
 
-AttnLayout attn_layout(const AttentionParams& p, const Tensor& q, const Tensor& k, const Tensor& v,
-                       const Tensor& mask) {
-  AttnLayout a{q.dim(0) * q.dim(1), q.dim(1), q.dim(2), k.dim(2), q.dim(3), v.dim(3), nullptr, 0, 0, p.scale,
-               p.causal, p.dropout_p, p.dropout_p < 1.0f ? 1.0f / (1.0f - p.dropout_p) : 0.0f, p.dropout_seed};
-  if (mask.defined()) {
-    a.mask = mask.data<float>();
-    a.mask_h_stride = mask.dim(1) == 1 ? 0 : a.tq * a.tk;
-    a.mask_b_stride = mask.dim(0) == 1 ? 0 : mask.dim(1) * a.tq * a.tk;
+bool flash_f32_head_size(int64_t d) { return d == 16 || d == 32 || d == 48 || d == 64; }
+
+void flash_f32_forward(const AttnLayout& a, const float* q, const float* k, const float* v, float* y, float* lse,
+                       cudaStream_t stream) {
+  switch (a.d) {
+    case 16: return forward_f32<16>(a, q, k, v, y, lse, stream);
+    case 32: return forward_f32<32>(a, q, k, v, y, lse, stream);
+    case 48: return forward_f32<48>(a, q, k, v, y, lse, stream);
+    default: return forward_f32<64>(a, q, k, v, y, lse, stream);
   }
-  return a;
+}
+
+void flash_f32_backward(const AttnLayout& a, const F32AttentionGrads& g, cudaStream_t stream) {
+  switch (a.d) {
+    case 16: return backward_f32<16>(a, g, stream);
+    case 32: return backward_f32<32>(a, g, stream);
+    case 48: return backward_f32<48>(a, g, stream);
+    default: return backward_f32<64>(a, g, stream);
+  }
 }
 
 void launch_attention_delta(const float* y, const float* dy, float* delta, int64_t rows, int64_t dv,
                             cudaStream_t stream) {
-  int64_t blocks = (rows * kWarpSize + 255) / 256;
-  blocks = blocks < 1 ? 1 : (blocks > 65535 ? 65535 : blocks);
-  delta_kernel<<<static_cast<unsigned>(blocks), 256, 0, stream>>>(y, dy, delta, rows, dv);
+  delta_kernel<<<delta_blocks(rows), 256, 0, stream>>>(y, dy, delta, rows, dv);
   TANDEM_CUDA_LAUNCH_CHECK("delta_kernel", "rows={} dv={}", rows, dv);
 }
 
-void attention_forward(Ctx& ctx, const AttentionParams& p, const Tensor& q, const Tensor& k, const Tensor& v,
-                       const Tensor& mask, Tensor& y, Tensor& lse) {
-  const AttnLayout a = attn_layout(p, q, k, v, mask);
-  if (!use_flash(a)) return attention_forward_unfused(ctx, p, q, k, v, mask, y, lse);
-  CudaContext& cc = tandem::cuda::cuda_context(ctx);
-  switch (a.d) {
-    case 16: return flash_forward<16>(cc, a, q, k, v, y, lse);
-    case 32: return flash_forward<32>(cc, a, q, k, v, y, lse);
-    case 48: return flash_forward<48>(cc, a, q, k, v, y, lse);
-    default: return flash_forward<64>(cc, a, q, k, v, y, lse);
-  }
-}
-
-void attention_backward(Ctx& ctx, const AttentionParams& p, const Tensor& q, const Tensor& k, const Tensor& v,
-                        const Tensor& mask, const Tensor& y, const Tensor& lse, const Tensor& dy, Tensor& dq,
-                        Tensor& dk, Tensor& dv) {
-  const AttnLayout a = attn_layout(p, q, k, v, mask);
-  if (!use_flash(a)) return attention_backward_unfused(ctx, p, q, k, v, mask, y, lse, dy, dq, dk, dv);
-  CudaContext& cc = tandem::cuda::cuda_context(ctx);
-  auto* delta = static_cast<float*>(cc.workspace(sizeof(float) * static_cast<size_t>(a.heads * a.tq)));
-  launch_attention_delta(y.data<float>(), dy.data<float>(), delta, a.heads * a.tq, a.dv, cc.stream());
-  switch (a.d) {
-    case 16: return flash_backward<16>(cc, a, q, k, v, dy, lse, delta, dq, dk, dv);
-    case 32: return flash_backward<32>(cc, a, q, k, v, dy, lse, delta, dq, dk, dv);
-    case 48: return flash_backward<48>(cc, a, q, k, v, dy, lse, delta, dq, dk, dv);
-    default: return flash_backward<64>(cc, a, q, k, v, dy, lse, delta, dq, dk, dv);
-  }
+void launch_attention_delta(const AttnLayout& a, const float* y, const float* dy, float* delta, cudaStream_t stream) {
+  strided_delta_kernel<<<delta_blocks(a.heads * a.tq), 256, 0, stream>>>(a, y, dy, delta);
+  TANDEM_CUDA_LAUNCH_CHECK("strided_delta_kernel", "heads={} tq={} dv={}", a.heads, a.tq, a.dv);
 }
 
 }  // namespace tandem::backend::cuda

@@ -1,6 +1,6 @@
-// What both CUDA attention paths (cuda_attention.cu, the tiled kernels; cuda_attention_unfused.cu,
-// cuBLAS products around row kernels) share: the problem's layout and the per-score rules (mask,
-// causal, dropout) of attention_math.h.
+// What the CUDA attention paths share (cuda_attention.cu, the f32 tiled kernels; cuda_flash_bf16_*.cu,
+// the tensor-core kernels; cuda_attention_unfused.cu, cuBLAS products around row kernels): the
+// problem's layout and the per-score rules (mask, causal, dropout) of attention_math.h.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,6 +13,13 @@
 
 namespace tandem::backend::cuda {
 
+// Where row i of head (b, h) starts, in elements: b batch + h head + i row; a row's D columns are
+// contiguous. (B, H, T, D) tensors have strides (H T D, T D, D); the packed projection (B, T, 3 H D)
+// has (3 T H D, D, 3 H D) from the first column of its q, k or v part.
+struct HeadStrides {
+  int64_t batch = 0, head = 0, row = 0;
+};
+
 struct AttnLayout {
   int64_t heads, h, tq, tk, d, dv;  // heads = B * H
   const float* mask;                // (B or 1, H or 1, Tq, Tk) added to the scores, or null
@@ -21,10 +28,19 @@ struct AttnLayout {
   bool causal;
   float dropout_p, keep_scale;  // keep_scale = 1 / (1 - p)
   uint64_t seed;
+  // q and dq, k and dk, v and dv, y and dy (every backend tensor of a kind has its input's layout).
+  HeadStrides qs, ks, vs, ys;
 };
 
-AttnLayout attn_layout(const AttentionParams& p, const Tensor& q, const Tensor& k, const Tensor& v,
-                       const Tensor& mask);
+// The offset of row i of head bh (= b H + h).
+__host__ __device__ __forceinline__ int64_t head_row(const HeadStrides& s, int64_t h, int64_t bh, int64_t i) {
+  return (bh / h) * s.batch + (bh % h) * s.head + i * s.row;
+}
+
+// (B, H, T, D) contiguous q, k, v and y.
+AttnLayout attn_layout(const AttentionParams& p, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& mask);
+// The packed projection qkv (B, T, 3 H D) and y (B, T, H D); q, k and v start at columns 0, H D, 2 H D.
+AttnLayout packed_attn_layout(const AttentionParams& p, int64_t heads, const Tensor& qkv);
 
 // The score of (head bh, query i, key j) from the raw product q.k: scaled, masked, -inf where the
 // causal rule hides the key.
@@ -53,12 +69,40 @@ __device__ __forceinline__ int64_t attn_key_end(const AttnLayout& a, int64_t que
 // delta[row] = sum over c of dy[row][c] y[row][c] (the softmax backward's row term), warp per row.
 void launch_attention_delta(const float* y, const float* dy, float* delta, int64_t rows, int64_t dv,
                             cudaStream_t stream);
+// The same for y and dy laid out by a.ys: delta[bh Tq + i] for each head bh and query i.
+void launch_attention_delta(const AttnLayout& a, const float* y, const float* dy, float* delta, cudaStream_t stream);
+
+// The f32 kernels (cuda_attention.cu): head sizes 16, 32, 48 and 64 (d == dv), any mask.
+bool flash_f32_head_size(int64_t d);
+void flash_f32_forward(const AttnLayout& a, const float* q, const float* k, const float* v, float* y, float* lse,
+                       cudaStream_t stream);
+struct F32AttentionGrads {
+  const float *q, *k, *v, *dy, *lse, *delta;
+  float *dq, *dk, *dv;
+};
+void flash_f32_backward(const AttnLayout& a, const F32AttentionGrads& g, cudaStream_t stream);
+
+// The tensor-core kernels (cuda_flash_bf16_forward.cu, cuda_flash_bf16_backward.cu): bf16 q, k, v and
+// dy, f32 accumulation, f32 y and gradients; no mask; head sizes 64 and 128 (d == dv); sm_80 and newer.
+// Every row and column start must be 16-byte aligned (strides and offsets multiples of 8 elements).
+struct FlashBf16Args {
+  AttnLayout a;
+  const void *q, *k, *v;   // bf16
+  const void* dy;          // bf16, laid out as y; backward only
+  float *y, *lse;          // forward: its outputs
+  const float* saved_lse;  // backward: the forward's lse
+  const float* delta;      // backward: launch_attention_delta's rows
+  float *dq, *dk, *dv;     // backward
+};
+bool flash_bf16_head_size(int64_t d);
+void flash_bf16_forward(const FlashBf16Args& f, cudaStream_t stream);
+void flash_bf16_backward(const FlashBf16Args& f, cudaStream_t stream);
 
 // The unfused path (cuda_attention_unfused.cu): any head size; keeps (Tq, Tk) scores per head.
 void attention_forward_unfused(Ctx& ctx, const AttentionParams& p, const Tensor& q, const Tensor& k, const Tensor& v,
                                const Tensor& mask, Tensor& y, Tensor& lse);
-void attention_backward_unfused(Ctx& ctx, const AttentionParams& p, const Tensor& q, const Tensor& k,
-                                const Tensor& v, const Tensor& mask, const Tensor& y, const Tensor& lse,
-                                const Tensor& dy, Tensor& dq, Tensor& dk, Tensor& dv);
+void attention_backward_unfused(Ctx& ctx, const AttentionParams& p, const Tensor& q, const Tensor& k, const Tensor& v,
+                                const Tensor& mask, const Tensor& y, const Tensor& lse, const Tensor& dy, Tensor& dq,
+                                Tensor& dk, Tensor& dv);
 
 }  // namespace tandem::backend::cuda

@@ -64,6 +64,9 @@ const KernelTable& kernel_table() {
     t.batched_matmul = batched_matmul;
     t.attention_forward = attention_forward;
     t.attention_backward = attention_backward;
+    t.packed_attention_supported = packed_attention_supported;
+    t.packed_attention_forward = packed_attention_forward;
+    t.packed_attention_backward = packed_attention_backward;
     t.embedding_forward = embedding_forward;
     t.embedding_backward = embedding_backward;
     return t;

@@ -123,12 +123,18 @@ void layer_norm_backward(Ctx&, float eps, const Tensor& x, const Tensor& dy, con
 // cuda_bmm.cpp (cuBLAS)
 void batched_matmul(Ctx&, const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b, Tensor& c);
 
-// cuda_attention.cu (tiled kernels; other head sizes through cuda_attention_unfused.cu)
+// cuda_attention_dispatch.cu (tensor-core, f32 tiled or unfused kernels)
 void attention_forward(Ctx&, const AttentionParams& p, const Tensor& q, const Tensor& k, const Tensor& v,
                        const Tensor& mask, Tensor& y, Tensor& lse);
 void attention_backward(Ctx&, const AttentionParams& p, const Tensor& q, const Tensor& k, const Tensor& v,
                         const Tensor& mask, const Tensor& y, const Tensor& lse, const Tensor& dy, Tensor& dq,
                         Tensor& dk, Tensor& dv);
+
+bool packed_attention_supported(Ctx&, const AttentionParams& p, int64_t head_dim);
+void packed_attention_forward(Ctx&, const AttentionParams& p, int64_t heads, const Tensor& qkv, Tensor& y,
+                              Tensor& lse);
+void packed_attention_backward(Ctx&, const AttentionParams& p, int64_t heads, const Tensor& qkv, const Tensor& y,
+                               const Tensor& lse, const Tensor& dy, Tensor& dqkv);
 
 // cuda_embedding.cu
 void embedding_forward(Ctx&, const Tensor& weight, const Tensor& ids, Tensor& y);
