@@ -1,6 +1,7 @@
 // CUDA device services over the CUDA runtime; every call is checked (cuda_check.h).
 #include "engine/backend/cuda/cuda_device.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -9,6 +10,14 @@
 
 namespace tandem::cuda {
 namespace {
+
+std::atomic<uint64_t> host_waits{0};
+
+// Every place below where the host waits for the GPU goes through here.
+cudaError_t counted(cudaError_t status) {
+  host_waits.fetch_add(1, std::memory_order_relaxed);
+  return status;
+}
 
 cudaStream_t native_stream(Stream* stream) {
   if (stream == nullptr) return nullptr;
@@ -24,6 +33,8 @@ cudaMemcpyKind copy_kind(Device dst, Device src) {
 
 }  // namespace
 
+uint64_t host_synchronizations() { return host_waits.load(std::memory_order_relaxed); }
+
 CudaStream::CudaStream(int device) : device_(device) {
   DeviceGuard guard(device);
   // Non-blocking: replica streams must not serialise with the legacy default stream.
@@ -34,7 +45,9 @@ CudaStream::~CudaStream() {
   if (stream_ != nullptr) TANDEM_CUDA_CHECK_NOTHROW(cudaStreamDestroy(stream_));
 }
 
-void CudaStream::synchronize() { TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream_), "device=cuda:{}", device_); }
+void CudaStream::synchronize() {
+  TANDEM_CUDA_CHECK(counted(cudaStreamSynchronize(stream_)), "device=cuda:{}", device_);
+}
 
 CudaEvent::CudaEvent(int device, bool timing) : device_(device), timing_(timing) {
   DeviceGuard guard(device);
@@ -67,7 +80,7 @@ void CudaEvent::wait(Stream& stream) {
                     device_, stream.device().str());
 }
 
-void CudaEvent::synchronize() { TANDEM_CUDA_CHECK(cudaEventSynchronize(event_), "event on cuda:{}", device_); }
+void CudaEvent::synchronize() { TANDEM_CUDA_CHECK(counted(cudaEventSynchronize(event_)), "event on cuda:{}", device_); }
 
 bool CudaEvent::query() {
   cudaError_t status = cudaEventQuery(event_);
@@ -99,9 +112,9 @@ void CudaDeviceServices::raw_free(int device, void* ptr, size_t) noexcept {
   if (ptr == nullptr) return;
   try {
     DeviceGuard guard(device);
-    TANDEM_CUDA_CHECK_NOTHROW(cudaFree(ptr));
+    TANDEM_CUDA_CHECK_NOTHROW(counted(cudaFree(ptr)));
   } catch (const Error&) {
-    TANDEM_CUDA_CHECK_NOTHROW(cudaFree(ptr));  // could not select the device; cudaFree finds it anyway
+    TANDEM_CUDA_CHECK_NOTHROW(counted(cudaFree(ptr)));  // could not select the device; cudaFree finds it anyway
   }
 }
 
@@ -112,7 +125,7 @@ cudaStream_t CudaDeviceServices::implicit_stream(int device) {
   }
   // No stream of this device is current on this thread: wait for everything the device has queued,
   // so the legacy-stream call below cannot race a non-blocking stream's kernels.
-  TANDEM_CUDA_CHECK(cudaDeviceSynchronize(), "before a copy without a stream on cuda:{}", device);
+  TANDEM_CUDA_CHECK(counted(cudaDeviceSynchronize()), "before a copy without a stream on cuda:{}", device);
   return nullptr;
 }
 
@@ -134,7 +147,7 @@ void CudaDeviceServices::copy(void* dst, Device dst_device, const void* src, Dev
   if (peer) {
     if (implicit) {
       DeviceGuard src_guard(src_device.index);
-      TANDEM_CUDA_CHECK(cudaDeviceSynchronize(), "before a peer copy from {}", src_device.str());
+      TANDEM_CUDA_CHECK(counted(cudaDeviceSynchronize()), "before a peer copy from {}", src_device.str());
     }
     TANDEM_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_device.index, src, src_device.index, bytes, native),
                       "bytes={} from {} to {}", bytes, src_device.str(), dst_device.str());
@@ -149,7 +162,7 @@ void CudaDeviceServices::copy(void* dst, Device dst_device, const void* src, Dev
   // the legacy stream (no stream bound) still completes before the call returns.
   const bool ordered_on_bound_stream = native != nullptr && kind == cudaMemcpyDeviceToDevice && !peer;
   if (implicit && !ordered_on_bound_stream) {
-    TANDEM_CUDA_CHECK(cudaStreamSynchronize(native), "after copying {} bytes from {} to {}", bytes,
+    TANDEM_CUDA_CHECK(counted(cudaStreamSynchronize(native)), "after copying {} bytes from {} to {}", bytes,
                       src_device.str(), dst_device.str());
   }
 }
@@ -164,7 +177,7 @@ void CudaDeviceServices::fill_zero(void* dst, Device device, size_t bytes, Strea
   TANDEM_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, native), "bytes={} on {}", bytes, device.str());
   // On the thread's bound stream the memset is ordered before the stream's later work: no wait.
   if (implicit && native == nullptr) {
-    TANDEM_CUDA_CHECK(cudaStreamSynchronize(native), "after zeroing {} bytes on {}", bytes, device.str());
+    TANDEM_CUDA_CHECK(counted(cudaStreamSynchronize(native)), "after zeroing {} bytes on {}", bytes, device.str());
   }
 }
 
@@ -191,7 +204,7 @@ std::unique_ptr<Event> CudaDeviceServices::create_timer_event(int device) {
 void CudaDeviceServices::synchronize(int device) {
   check_device(device);
   DeviceGuard guard(device);
-  TANDEM_CUDA_CHECK(cudaDeviceSynchronize(), "device=cuda:{}", device);
+  TANDEM_CUDA_CHECK(counted(cudaDeviceSynchronize()), "device=cuda:{}", device);
 }
 
 void* CudaDeviceServices::allocate_host_pinned(size_t bytes) {

@@ -4,12 +4,18 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <memory>
 
 #include "engine/backend/cuda/device_guard.h"
 #include "engine/core/device.h"
 
 namespace tandem::cuda {
+
+// How many times this process's host has waited for a GPU through these services (a stream, event
+// or device synchronisation, a copy that completes before returning, a cudaFree): a steady training
+// step should add none but its loss reads. Exported as tandem_cuda_host_synchronizations (plugin.cpp).
+uint64_t host_synchronizations();
 
 class CudaStream final : public Stream {
  public:

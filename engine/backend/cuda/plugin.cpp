@@ -59,3 +59,8 @@ extern "C" __attribute__((visibility("default"))) int tandem_cuda_plugin_init(in
 extern "C" __attribute__((visibility("default"))) const tandem::backend::KernelTable* tandem_cuda_kernel_table() {
   return &tandem::backend::cuda::kernel_table();
 }
+
+// tandem::cuda::host_synchronizations, for the test that a steady training step never waits.
+extern "C" __attribute__((visibility("default"))) uint64_t tandem_cuda_host_synchronizations() {
+  return tandem::cuda::host_synchronizations();
+}
