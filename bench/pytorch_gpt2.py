@@ -32,6 +32,26 @@ def flops_per_token(model):
     return 6 * n + 12 * CONFIG["n_layer"] * CONFIG["n_embd"] * BLOCK, n
 
 
+def profile_steps(step, steps, device):
+    """Per CUDA kernel milliseconds per step over `steps` more steps, from torch.profiler: the
+    reference for bench/gpu_train_bench --profile's per-kernel-table-entry split."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        synchronize(device)
+    rows = []
+    for e in prof.key_averages():
+        us = getattr(e, "self_device_time_total", None)
+        if us is None:
+            us = getattr(e, "self_cuda_time_total", 0)
+        if us > 0:
+            rows.append((e.key, us / 1e3 / steps, e.count // steps))
+    rows.sort(key=lambda r: -r[1])
+    return {"steps": steps, "device_ms": round(sum(r[1] for r in rows), 3),
+            "kernels_ms": {k: [round(ms, 3), n] for k, ms, n in rows[:25]}}
+
+
 def run(attention, precision, args, device):
     torch.manual_seed(1)
     set_tf32(precision == "tf32")
@@ -64,6 +84,7 @@ def run(attention, precision, args, device):
         synchronize(device)
         steps.append(time.perf_counter() - t0)
     window = time.perf_counter() - start
+    profile = profile_steps(step, args.profile, device) if args.profile > 0 and device.type == "cuda" else None
     fpt, params = flops_per_token(model)
     result = {
         "engine": "pytorch", "model": "gpt2", "attention": attention, "torch": torch.__version__,
@@ -73,6 +94,8 @@ def run(attention, precision, args, device):
         "peak_bytes_allocated": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
         "params": params, "flops_per_token": fpt, "final_loss": round(float(loss.item()), 5),
     }
+    if profile is not None:
+        result["profile"] = profile
     del model, optimizer, idx, targets, loss
     if device.type == "cuda":
         torch.cuda.empty_cache()
@@ -87,6 +110,7 @@ def main():
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--device", default="cuda")
+    p.add_argument("--profile", type=int, default=0, help="N more steps under torch.profiler: per-kernel times")
     args = p.parse_args()
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():

@@ -108,6 +108,30 @@ void install_timed_kernels(DeviceType type, int64_t batch, std::function<void()>
   TANDEM_TIME_KERNEL(adamw_update);
   TANDEM_TIME_KERNEL(squared_norm);
   TANDEM_TIME_KERNEL(clip_by_global_norm);
+  // The transformer's ops: layer norm, GELU (unary), the residual sums (binary), head copies,
+  // products, attention (packed or on (B, H, T, D)) and embeddings; to_bf16 is each bf16 rounding.
+  TANDEM_TIME_KERNEL(to_bf16);
+  TANDEM_TIME_KERNEL(from_bf16);
+  TANDEM_TIME_KERNEL(permute);
+  TANDEM_TIME_KERNEL(expand);
+  TANDEM_TIME_KERNEL(copy_window);
+  TANDEM_TIME_KERNEL(binary);
+  TANDEM_TIME_KERNEL(unary);
+  TANDEM_TIME_KERNEL(unary_backward);
+  TANDEM_TIME_KERNEL(masked_fill);
+  TANDEM_TIME_KERNEL(reduce_axis);
+  TANDEM_TIME_KERNEL(max_axis_backward);
+  TANDEM_TIME_KERNEL(softmax);
+  TANDEM_TIME_KERNEL(softmax_backward);
+  TANDEM_TIME_KERNEL(layer_norm_forward);
+  TANDEM_TIME_KERNEL(layer_norm_backward);
+  TANDEM_TIME_KERNEL(batched_matmul);
+  TANDEM_TIME_KERNEL(attention_forward);
+  TANDEM_TIME_KERNEL(attention_backward);
+  TANDEM_TIME_KERNEL(packed_attention_forward);
+  TANDEM_TIME_KERNEL(packed_attention_backward);
+  TANDEM_TIME_KERNEL(embedding_forward);
+  TANDEM_TIME_KERNEL(embedding_backward);
   backend::register_kernels(type, &timed_kernels);
 }
 

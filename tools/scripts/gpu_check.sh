@@ -11,6 +11,9 @@
 #   r50_pytorch      bench/pytorch_resnet50.py: the same in PyTorch on the same GPU
 #   gpt2_tandem      bench/gpu_train_bench --model gpt2: GPT-2 124M, batch 8 x 1024, AdamW; fp32, tf32, bf16
 #   gpt2_pytorch     bench/pytorch_gpt2.py: the same in PyTorch, eager attention and F.scaled_dot_product_attention
+#   attention        bench/attention_bench --device cuda: attention forward + backward alone, B 8, 12 heads,
+#                    D 64, causal, T 1024 and 4096, bf16, on GPT's packed projection and on (B, H, T, D),
+#                    beside F.scaled_dot_product_attention (bench/pytorch_attention_gpu.py)
 #   onnx_r50         bench/onnx_bench: ResNet-50 exported to ONNX, its logits on the GPU beside those of
 #                    onnxruntime's CUDA execution provider on the exported file (bench/onnx_ort_bench.py)
 #   tensorboard      the ResNet-20 run's event files read by TensorBoard's own reader: scalar tags, counts
@@ -25,7 +28,8 @@
 #   --budget S     overall wall-clock budget, unpacking and reports included (default 420: 7 minutes)
 #   --skip LIST    steps to leave out, by the names above (for a short rerun of the rest)
 # Environment: GPU_CHECK_R50_STEPS (20), GPU_CHECK_R50_WARMUP (5), GPU_CHECK_GPT2_STEPS (5),
-#   GPU_CHECK_GPT2_WARMUP (2), GPU_CHECK_CTEST_JOBS (8),
+#   GPU_CHECK_GPT2_WARMUP (2), GPU_CHECK_GPT2_PROFILE_STEPS (2: per-kernel splits of both engines' GPT
+#   steps, Tandem's fenced per kernel-table entry, PyTorch's from torch.profiler), GPU_CHECK_CTEST_JOBS (8),
 #   GPU_CHECK_CUDA_FROM (pip: the pip nvidia packages first; toolkit: /usr/local/cuda first),
 #   GPU_CHECK_SANITIZE_ALL=1 (memcheck every kernel, cuDNN's and cuBLAS's too: much slower),
 #   GPU_CHECK_SANITIZE_TESTS (test_cuda_gpu), GPU_CHECK_SANITIZE_GROUPS (gtest filters, one sanitizer
@@ -119,12 +123,26 @@ step_r50_pytorch() {
 step_gpt2_tandem() {
   [[ -x $pk/bench/gpu_train_bench ]] || { echo "gpu_train_bench is not in the pack (see MANIFEST)"; return 3; }
   "$pk/bench/gpu_train_bench" --model gpt2 --precision fp32,tf32,bf16 --batch 8 --steps "$gpt2_steps" \
-    --warmup "$gpt2_warmup" --json
+    --warmup "$gpt2_warmup" --profile "${GPU_CHECK_GPT2_PROFILE_STEPS:-2}" --json
 }
 
 step_gpt2_pytorch() {
   LD_LIBRARY_PATH=$orig_ld PYTHONUNBUFFERED=1 python3 "$root/bench/pytorch_gpt2.py" --attention eager,sdpa \
-    --precision fp32,tf32,bf16 --batch 8 --steps "$gpt2_steps" --warmup "$gpt2_warmup"
+    --precision fp32,tf32,bf16 --batch 8 --steps "$gpt2_steps" --warmup "$gpt2_warmup" \
+    --profile "${GPU_CHECK_GPT2_PROFILE_STEPS:-2}"
+}
+
+step_attention() {
+  [[ -x $pk/bench/attention_bench ]] || { echo "attention_bench is not in the pack (see MANIFEST)"; return 3; }
+  local rc=0 t layout
+  for t in 1024 4096; do
+    for layout in packed heads; do
+      local args=(--seq-len "$t" --batch 8 --heads 12 --head-dim 64 --causal 1 --precision bf16 --layout "$layout")
+      "$pk/bench/attention_bench" --device cuda --reps 10 --warmup 3 "${args[@]}" || rc=1
+      LD_LIBRARY_PATH=$orig_ld python3 "$root/bench/pytorch_attention_gpu.py" --reps 10 --warmup 3 "${args[@]}" || rc=1
+    done
+  done
+  return $rc
 }
 
 step_onnx_r50() {
@@ -238,16 +256,16 @@ steps_tsv=$logs/steps.tsv
 
 # Order, limit and minimum of each step: a step never takes time that later steps' minimums need.
 order=(nvidia_smi doctor gpu_tests resnet20 tensorboard r50_tandem_fp32 r50_tandem_tf32 r50_tandem_bf16 r50_pytorch
-       onnx_r50 gpt2_tandem gpt2_pytorch sanitizer)
+       onnx_r50 gpt2_tandem gpt2_pytorch attention sanitizer)
 declare -A cap=([nvidia_smi]=20 [doctor]=40 [gpu_tests]=120 [resnet20]=100 [tensorboard]=30 [r50_tandem_fp32]=70
                 [r50_tandem_tf32]=60 [r50_tandem_bf16]=60 [r50_pytorch]=120 [onnx_r50]=60 [gpt2_tandem]=90
-                [gpt2_pytorch]=90 [sanitizer]=120)
+                [gpt2_pytorch]=90 [attention]=60 [sanitizer]=120)
 # The minimums are what each step took on the H200 (2026-12-04) with some room: ResNet-20's epoch
 # 6 s, a ResNet-50 precision 28-42 s at 20 steps.
-# tensorboard and onnx_r50 have not run on a GPU machine yet: their minimums are guesses.
+# tensorboard, onnx_r50 and attention have not run on a GPU machine yet: their minimums are guesses.
 declare -A floor=([nvidia_smi]=5 [doctor]=10 [gpu_tests]=40 [resnet20]=20 [tensorboard]=5 [r50_tandem_fp32]=25
                   [r50_tandem_tf32]=25 [r50_tandem_bf16]=25 [r50_pytorch]=60 [onnx_r50]=20 [gpt2_tandem]=30
-                  [gpt2_pytorch]=40 [sanitizer]=0)
+                  [gpt2_pytorch]=40 [attention]=15 [sanitizer]=0)
 
 # A step left out (--skip) reserves no time.
 for s in "${order[@]}"; do [[ ,$skip, == *,$s,* ]] && floor[$s]=0; done
@@ -424,6 +442,7 @@ run_step r50_pytorch
 run_step onnx_r50
 run_step gpt2_tandem
 run_step gpt2_pytorch
+run_step attention
 run_step sanitizer
 write_reports ran
 exit $?

@@ -336,8 +336,37 @@ if gpt2["tandem"] or gpt2["pytorch"] or gpt2["errors"]:
         ratio = f"{ours / d['tokens_per_sec']:.3f}" if ours and who != "Tandem" else "-"
         md.append(f"| {who} | {p} | {d['tokens_per_sec']:.0f} | {d['mfu']:.1%} | {d['step_ms']['p50']:.1f} | "
                   f"{gib(d.get('peak_bytes_in_use') or d.get('peak_bytes_allocated'))} | {ratio} |")
+    for p in ("fp32", "tf32", "bf16"):
+        prof = gpt2["tandem"].get(p, {}).get("profile")
+        if prof:
+            top = sorted(prof.get("kernels_ms", {}).items(), key=lambda kv: -kv[1][0])[:10]
+            md.append(f"- Tandem {p}, per kernel-table entry ({prof['steps']} fenced steps of {prof['step_ms']:.1f} ms; "
+                      f"outside kernels {prof['outside_kernels_ms']:.1f} ms): "
+                      + ", ".join(f"{name} {ms:.1f} ms ({calls} calls)" for name, (ms, calls) in top))
+        prof = gpt2["pytorch"].get("sdpa", {}).get(p, {}).get("profile")
+        if prof:
+            top = list(prof.get("kernels_ms", {}).items())[:10]
+            md.append(f"- PyTorch SDPA {p}, per CUDA kernel (torch.profiler, {prof['device_ms']:.1f} ms of device time "
+                      f"per step): " + ", ".join(f"{name[:60]} {ms:.1f} ms ({calls})" for name, (ms, calls) in top))
     md += [f"- {e}" for e in gpt2["errors"]]
     md += ["", "Tandem's peak is its allocator's over the whole process (the three precisions run in one)."]
+attention = [d for d in json_lines(read(f"{logs}/attention.log")) if d.get("device") == "cuda"]
+report["attention"] = attention
+if attention or ("attention" in step and step["attention"]["status"] != "skipped"):
+    md += ["", "## Attention alone: forward + backward, B 8, 12 heads, D 64, causal, bf16", "",
+           "| layout | T | Tandem ms p50 | PyTorch SDPA ms p50 | Tandem / PyTorch (speed) | Tandem MiB beyond inputs | PyTorch MiB beyond inputs |",
+           "|---|---|---|---|---|---|---|"]
+    for d in attention:
+        if d.get("engine") != "tandem":
+            continue
+        ref = next((r for r in attention if r.get("engine") == "pytorch_sdpa" and r.get("layout") == d.get("layout")
+                    and r.get("seq_len") == d.get("seq_len")), {})
+        ratio = f"{ref['ms_p50'] / d['ms_p50']:.3f}" if ref.get("ms_p50") and d.get("ms_p50") else "-"
+        md.append(f"| {d.get('layout')} | {d.get('seq_len')} | {d.get('ms_p50')} | {ref.get('ms_p50', '-')} | {ratio} | "
+                  f"{num((d.get('allocator_peak_extra_bytes') or 0) / 2**20)} | "
+                  f"{num((ref.get('allocator_peak_extra_bytes') or 0) / 2**20)} |")
+    if not attention:
+        md.append(f"not measured: {last_lines(f'{logs}/attention.log') or 'no output'}")
 md += ["", "## ONNX: ResNet-50 exported, batch 32, 224x224, Tandem's GPU eval forward beside onnxruntime (CUDA)", ""]
 if onnx.get("onnxruntime", {}).get("error") or not onnx:
     md.append(f"not compared: {onnx.get('onnxruntime', {}).get('error') or last_lines(f'{logs}/onnx_r50.log') or 'not run'}")

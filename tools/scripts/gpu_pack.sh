@@ -2,7 +2,7 @@
 # Prepares, on this machine (no GPU needed), what tools/scripts/gpu_check.sh runs on a lent GPU
 # machine, which has CUDA, cuDNN, cuBLAS, NCCL and PyTorch but none of our Debian libraries and no
 # network (docs/GPU_CHECK.md):
-#   1. builds only what the check runs (libtandem_cuda.so, trainer, gpu_train_bench, onnx_bench and every
+#   1. builds only what the check runs (libtandem_cuda.so, trainer, gpu_train_bench, onnx_bench, attention_bench and every
 #      test_*_gpu executable) in the README test command's tree, build/, when it has the CUDA plugin,
 #      sm_90 (H100/H200) code, the tests and the benches (its default): an incremental build of the
 #      working tree, minutes after the test command. Otherwise it configures a Release tree for sm_90
@@ -84,7 +84,7 @@ elif ((do_build)); then
   configure
 fi
 mapfile -t test_targets < <(gpu_test_targets)
-targets=(tandem_cuda trainer gpu_train_bench onnx_bench "${test_targets[@]}")
+targets=(tandem_cuda trainer gpu_train_bench onnx_bench attention_bench "${test_targets[@]}")
 build_rc=0
 if ((do_build)); then
   say "building ${targets[*]} with $jobs jobs (log: $build/gpu-pack-build.log)"
@@ -100,7 +100,8 @@ fi
 # inputs, recursively); an older output of a target that fails now is stale, packed only with
 # --allow-missing.
 declare -A output_of=([tandem_cuda]=engine/backend/cuda/libtandem_cuda.so [trainer]=tools/trainer
-                      [gpu_train_bench]=bench/gpu_train_bench [onnx_bench]=bench/onnx_bench)
+                      [gpu_train_bench]=bench/gpu_train_bench [onnx_bench]=bench/onnx_bench
+                      [attention_bench]=bench/attention_bench)
 for t in "${test_targets[@]}"; do output_of[$t]=tests/$t; done
 failed_outputs=$(grep -o '^FAILED: .*' "$build/gpu-pack-build.log" 2>/dev/null | sed 's/^FAILED: //' | tr ' ' '\n' | sed '/^$/d' | sort -u || true)
 ((do_build)) || failed_outputs=""
