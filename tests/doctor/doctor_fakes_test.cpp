@@ -189,7 +189,8 @@ TEST_F(DoctorFakes, ConfiguredCudaWithoutGpuIsNotReady) {
 TEST_F(DoctorFakes, GpuWithoutOurKernelsIsNotReady) {
   ProbeResult r = run_probe("pascal_gpu");
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_HAS(r.output, "not ready: GPU 0 (Fake GPU 0, compute capability 6.1) has no Tandem kernels: they were built for sm 75 80 86 90");
+  EXPECT_HAS(r.output, "not ready: GPU 0 (Fake GPU 0, compute capability 6.1) has no Tandem kernels: they were built "
+                       "for sm " + std::string(backend::build_info::kCudaArchitectures));
   EXPECT_HAS(r.output, "CMAKE_CUDA_ARCHITECTURES");
 }
 
