@@ -251,6 +251,8 @@ for name, b in san["binaries"].items():
         problems.append(f"compute-sanitizer: {b['errors']} memcheck errors in {name}")
 status = {"no_gpu": "no_gpu", "not_packed": "not_packed"}.get(hint, "ok" if not problems else "attention")
 report["status"], report["problems"] = status, problems
+attention = [d for d in json_lines(read(f"{logs}/attention.log")) if d.get("device") == "cuda"]
+report["attention"] = attention
 with open(f"{out}/gpu_check.json", "w") as f:
     json.dump(report, f, indent=2)
 
@@ -350,12 +352,13 @@ if gpt2["tandem"] or gpt2["pytorch"] or gpt2["errors"]:
                       f"per step): " + ", ".join(f"{name[:60]} {ms:.1f} ms ({calls})" for name, (ms, calls) in top))
     md += [f"- {e}" for e in gpt2["errors"]]
     md += ["", "Tandem's peak is its allocator's over the whole process (the three precisions run in one)."]
-attention = [d for d in json_lines(read(f"{logs}/attention.log")) if d.get("device") == "cuda"]
-report["attention"] = attention
 if attention or ("attention" in step and step["attention"]["status"] != "skipped"):
-    md += ["", "## Attention alone: forward + backward, B 8, 12 heads, D 64, causal, bf16", "",
-           "| layout | T | Tandem ms p50 | PyTorch SDPA ms p50 | Tandem / PyTorch (speed) | Tandem MiB beyond inputs | PyTorch MiB beyond inputs |",
-           "|---|---|---|---|---|---|---|"]
+    md += ["", "## Attention alone: forward + backward, B 8, 12 heads, D 64, causal, bf16", ""]
+    if not attention:
+        md.append(f"not measured: {last_lines(f'{logs}/attention.log') or 'no output'}")
+    else:
+        md += ["| layout | T | Tandem ms p50 | PyTorch SDPA ms p50 | Tandem / PyTorch (speed) | Tandem MiB beyond inputs | PyTorch MiB beyond inputs |",
+               "|---|---|---|---|---|---|---|"]
     for d in attention:
         if d.get("engine") != "tandem":
             continue
@@ -365,8 +368,6 @@ if attention or ("attention" in step and step["attention"]["status"] != "skipped
         md.append(f"| {d.get('layout')} | {d.get('seq_len')} | {d.get('ms_p50')} | {ref.get('ms_p50', '-')} | {ratio} | "
                   f"{num((d.get('allocator_peak_extra_bytes') or 0) / 2**20)} | "
                   f"{num((ref.get('allocator_peak_extra_bytes') or 0) / 2**20)} |")
-    if not attention:
-        md.append(f"not measured: {last_lines(f'{logs}/attention.log') or 'no output'}")
 md += ["", "## ONNX: ResNet-50 exported, batch 32, 224x224, Tandem's GPU eval forward beside onnxruntime (CUDA)", ""]
 if onnx.get("onnxruntime", {}).get("error") or not onnx:
     md.append(f"not compared: {onnx.get('onnxruntime', {}).get('error') or last_lines(f'{logs}/onnx_r50.log') or 'not run'}")

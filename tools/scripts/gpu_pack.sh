@@ -214,7 +214,8 @@ glibc_needed=$(find "$stage" -type f \( -perm -u+x -o -name '*.so*' \) -not -pat
   echo "git_dirty_files=$(git -C "$root" status --porcelain 2>/dev/null | wc -l)"
   echo "build_host=$(. /etc/os-release && echo "$PRETTY_NAME"), $(gcc --version | sed -n 1p)"
   echo "cuda_toolkit=$(/usr/local/cuda/bin/nvcc --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
-  echo "cuda_architectures=$(sed -n 's/^CMAKE_CUDA_ARCHITECTURES:[A-Z]*=//p' "$build/CMakeCache.txt")"
+  # What nvcc was told to generate (the architectures are a plain CMake variable, not cached).
+  echo "cuda_architectures=$(grep -o 'arch=compute_[0-9a-z]*,code=\[[^]]*\]' "$build/build.ninja" | sort -u | sed 's/arch=//' | paste -sd' ')"
   echo "build_type=$(sed -n 's/^CMAKE_BUILD_TYPE:[A-Z]*=//p' "$build/CMakeCache.txt")"
   echo "targets_built=${built[*]}"
   echo "targets_stale=${stale[*]}"
