@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(kRows) flash_forward_kernel(AttnLayout a, cons
   lse[bh * a.tq + i] = l > 0.0f ? m + logf(l) : -INFINITY;
 }
 
-__device__ __forceinline__ float probability(const AttnLayout& a, float score, float row_lse) {
+__device__ __forceinline__ float probability(float score, float row_lse) {
   return score == -INFINITY || row_lse == -INFINITY ? 0.0f : expf(score - row_lse);
 }
 
@@ -145,7 +145,7 @@ __global__ void __launch_bounds__(kGradRows) flash_dkdv_kernel(AttnLayout a, con
           dot += qs[ii][c] * kr[threadIdx.x][c];
           dp += dys[ii][c] * vr[threadIdx.x][c];
         }
-        const float p = probability(a, attn_score(a, bh, i, j, dot), lse_s[ii]);
+        const float p = probability(attn_score(a, bh, i, j, dot), lse_s[ii]);
         if (p == 0.0f) continue;
         const float z = attn_dropout(a, bh, i, j);
         const float ds = p * (dp * z - delta_s[ii]);
@@ -211,7 +211,7 @@ __global__ void __launch_bounds__(kGradRows) flash_dq_kernel(AttnLayout a, const
           dot += qr[threadIdx.x][c] * ks[jj][c];
           dp += dyr[threadIdx.x][c] * vs[jj][c];
         }
-        const float p = probability(a, attn_score(a, bh, i, j, dot), row_lse);
+        const float p = probability(attn_score(a, bh, i, j, dot), row_lse);
         if (p == 0.0f) continue;
         const float ds = p * (dp * attn_dropout(a, bh, i, j) - row_delta);
 #pragma unroll

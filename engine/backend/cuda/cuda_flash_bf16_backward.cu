@@ -168,6 +168,7 @@ __global__ void __launch_bounds__(kThreads) flash_bf16_dkdv_kernel(FlashBf16Args
     product_cols<kQueries, D>(dk, dpt, sh.q, pitch<D>());
     __syncthreads();  // every warp is done with this query tile before the next one loads
   }
+  mma::copy_wait<0>();  // the K and V copies are waited for inside the loop, which runs at least once
   store_grad<D>(f.dk, a.ks, a.h, bh, key0, a.tk, dk, a.scale);
   store_grad<D>(f.dv, a.vs, a.h, bh, key0, a.tk, dv, 1.0f);
 }
