@@ -129,32 +129,12 @@ __global__ void __launch_bounds__(kThreads) flash_bf16_forward_kernel(FlashBf16A
     __syncthreads();  // K_j is in; every warp is done with V_{j-1}
     load_tile<D, kKeys>(sh.v, v, a.vs.row, j0, a.tk);
     float s[kKeys / 8][4] = {};
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-#pragma unroll
-      for (int nt = 0; nt < kKeys / 8; ++nt) {
-        uint32_t b[2];
-        mma::load_b_rows(b, sh.kq, pitch<D>(), nt * 8, kk * 16);
-        mma::mma_16816(s[nt], qf[kk], b);
-      }
-    }
+    product_rows<D, kKeys>(s, qf, sh.kq, pitch<D>());  // S = Q K^T
     online_softmax<D>(a, bh, row0, j0, tile_needs_mask(a, i0, j0, kKeys), s, st, o);
     mma::copy_wait<0>();
     __syncthreads();  // V_j is in; every warp is done with K_j
     if (j0 + kKeys < key_end) load_tile<D, kKeys>(sh.kq, k, a.ks.row, j0 + kKeys, a.tk);
-#pragma unroll
-    for (int ks = 0; ks < kKeys / 16; ++ks) {
-      uint32_t p[4];
-      mma::a_from_c(p, s[2 * ks], s[2 * ks + 1]);
-#pragma unroll
-      for (int dn = 0; dn < D / 16; ++dn) {
-        uint32_t b[4];
-        mma::load_b_cols_x2(b, sh.v, pitch<D>(), ks * 16, dn * 16);
-        const uint32_t lo[2] = {b[0], b[1]}, hi[2] = {b[2], b[3]};
-        mma::mma_16816(o[2 * dn], p, lo);
-        mma::mma_16816(o[2 * dn + 1], p, hi);
-      }
-    }
+    product_cols<kKeys, D>(o, s, sh.v, pitch<D>());  // O += P V
   }
   store_rows<D>(f, bh, row0, st, o);
 }

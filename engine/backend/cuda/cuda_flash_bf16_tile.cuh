@@ -1,5 +1,6 @@
 // What the bf16 tensor-core attention kernels share: block geometry, shared-memory tiles filled by
-// asynchronous copies, and the score rules (scale in log2 units, causal and tail masks, dropout).
+// asynchronous copies, the score rules (scale in log2 units, causal and tail masks, dropout) and the
+// two shapes of warp product.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -60,6 +61,43 @@ __device__ __forceinline__ float lse_log2(const AttnLayout& a, const float* lse,
   if (i >= a.tq) return INFINITY;
   const float v = lse[bh * a.tq + i];
   return v == -INFINITY ? INFINITY : v * kLog2e;
+}
+
+// acc[n-tile] += A B for a 16-row A (one fragment per 16 columns of k) and B = rows of a tile taken
+// transposed (load_b_rows): S = Q K^T in both directions, and the backward's K Q^T, V dO^T and dO V^T.
+template <int K, int N>
+__device__ __forceinline__ void product_rows(float (&acc)[N / 8][4], const uint32_t (&a)[K / 16][4], const bf16* tile,
+                                             int pitch) {
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) {
+#pragma unroll
+    for (int nt = 0; nt < N / 8; ++nt) {
+      uint32_t b[2];
+      mma::load_b_rows(b, tile, pitch, nt * 8, kk * 16);
+      mma::mma_16816(acc[nt], a[kk], b);
+    }
+  }
+}
+
+// acc[n-tile] += C B with C the f32 tile (16 rows, K columns) in accumulator layout and B the
+// row-major tile (K rows, N columns): O += P V, and the backward's dV += P^T dO, dK += dS^T Q and
+// dQ += dS K.
+template <int K, int N>
+__device__ __forceinline__ void product_cols(float (&acc)[N / 8][4], const float (&c)[K / 8][4], const bf16* tile,
+                                             int pitch) {
+#pragma unroll
+  for (int ks = 0; ks < K / 16; ++ks) {
+    uint32_t a[4];
+    mma::a_from_c(a, c[2 * ks], c[2 * ks + 1]);
+#pragma unroll
+    for (int nd = 0; nd < N / 16; ++nd) {
+      uint32_t b[4];
+      mma::load_b_cols_x2(b, tile, pitch, ks * 16, nd * 16);
+      const uint32_t lo[2] = {b[0], b[1]}, hi[2] = {b[2], b[3]};
+      mma::mma_16816(acc[2 * nd], a, lo);
+      mma::mma_16816(acc[2 * nd + 1], a, hi);
+    }
+  }
 }
 
 }  // namespace tandem::backend::cuda::flash
