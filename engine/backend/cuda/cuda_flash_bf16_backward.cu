@@ -93,10 +93,10 @@ __global__ void __launch_bounds__(kThreads) flash_bf16_dkdv_kernel(FlashBf16Args
   const AttnLayout& a = f.a;
   const int64_t bh = blockIdx.x, j0 = static_cast<int64_t>(blockIdx.y) * kBlockRows;
   const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
-  const auto* q = static_cast<const bf16*>(f.q) + head_row(a.qs, a.h, bh, 0);
-  const auto* dy = static_cast<const bf16*>(f.dy) + head_row(a.ys, a.h, bh, 0);
-  load_tile<D, kBlockRows>(sh.k, static_cast<const bf16*>(f.k) + head_row(a.ks, a.h, bh, 0), a.ks.row, j0, a.tk);
-  load_tile<D, kBlockRows>(sh.v, static_cast<const bf16*>(f.v) + head_row(a.vs, a.h, bh, 0), a.vs.row, j0, a.tk);
+  const auto* q = head_base(f.q, a.qs, a, bh);
+  const auto* dy = head_base(f.dy, a.ys, a, bh);
+  load_tile<D, kBlockRows>(sh.k, head_base(f.k, a.ks, a, bh), a.ks.row, j0, a.tk);
+  load_tile<D, kBlockRows>(sh.v, head_base(f.v, a.vs, a, bh), a.vs.row, j0, a.tk);
   float dk[D / 8][4] = {}, dv[D / 8][4] = {};
   const float scale = a.scale * kLog2e;
   const int64_t key0 = j0 + warp * kWarpRows + g;  // this thread's keys: key0 and key0 + 8
@@ -145,10 +145,10 @@ __global__ void __launch_bounds__(kThreads) flash_bf16_dq_kernel(FlashBf16Args f
   const AttnLayout& a = f.a;
   const int64_t bh = blockIdx.x, i0 = static_cast<int64_t>(blockIdx.y) * kBlockRows;
   const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
-  const auto* k = static_cast<const bf16*>(f.k) + head_row(a.ks, a.h, bh, 0);
-  const auto* v = static_cast<const bf16*>(f.v) + head_row(a.vs, a.h, bh, 0);
-  load_tile<D, kBlockRows>(sh.q, static_cast<const bf16*>(f.q) + head_row(a.qs, a.h, bh, 0), a.qs.row, i0, a.tq);
-  load_tile<D, kBlockRows>(sh.dy, static_cast<const bf16*>(f.dy) + head_row(a.ys, a.h, bh, 0), a.ys.row, i0, a.tq);
+  const auto* k = head_base(f.k, a.ks, a, bh);
+  const auto* v = head_base(f.v, a.vs, a, bh);
+  load_tile<D, kBlockRows>(sh.q, head_base(f.q, a.qs, a, bh), a.qs.row, i0, a.tq);
+  load_tile<D, kBlockRows>(sh.dy, head_base(f.dy, a.ys, a, bh), a.ys.row, i0, a.tq);
   const int64_t row0 = i0 + warp * kWarpRows + g;  // this thread's queries: row0 and row0 + 8
   float lse[2], delta[2];
 #pragma unroll

@@ -107,9 +107,9 @@ __global__ void __launch_bounds__(kThreads) flash_bf16_forward_kernel(FlashBf16A
   const AttnLayout& a = f.a;
   const int64_t bh = blockIdx.x, i0 = static_cast<int64_t>(blockIdx.y) * kBlockRows;
   const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4;
-  const auto* q = static_cast<const bf16*>(f.q) + head_row(a.qs, a.h, bh, 0);
-  const auto* k = static_cast<const bf16*>(f.k) + head_row(a.ks, a.h, bh, 0);
-  const auto* v = static_cast<const bf16*>(f.v) + head_row(a.vs, a.h, bh, 0);
+  const auto* q = head_base(f.q, a.qs, a, bh);
+  const auto* k = head_base(f.k, a.ks, a, bh);
+  const auto* v = head_base(f.v, a.vs, a, bh);
 
   load_tile<D, kBlockRows>(sh.kq, q, a.qs.row, i0, a.tq);
   mma::copy_wait<0>();

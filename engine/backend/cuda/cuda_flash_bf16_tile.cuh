@@ -29,6 +29,12 @@ constexpr int pitch() {
   return D + 8;
 }
 
+// Where head bh's rows of a bf16 tensor (q, k, v or dy, with its strides) start.
+__device__ __forceinline__ const bf16* head_base(const void* data, const HeadStrides& s, const AttnLayout& a,
+                                                 int64_t bh) {
+  return static_cast<const bf16*>(data) + head_row(s, a.h, bh, 0);
+}
+
 // Copies rows [r0, r0 + Rows) of a (row-strided) bf16 matrix into a padded tile, zero-filling rows
 // at or beyond r_end; one commit group per call.
 template <int D, int Rows>
