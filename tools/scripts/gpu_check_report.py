@@ -258,6 +258,13 @@ with open(f"{out}/gpu_check.json", "w") as f:
 
 
 # Markdown
+def kernel_split(title, prof, count):
+    """One line of gpu_train_bench --profile's split: the `count` slowest kernel-table entries."""
+    top = sorted(prof.get("kernels_ms", {}).items(), key=lambda kv: -kv[1][0])[:count]
+    return (f"- {title} ({prof['steps']} fenced steps of {prof['step_ms']:.1f} ms; outside kernels "
+            f"{prof['outside_kernels_ms']:.1f} ms): " + ", ".join(f"{name} {ms:.1f} ms ({calls} calls)" for name, (ms, calls) in top))
+
+
 def num(v, fmt="{:.1f}"):
     return "-" if v is None else fmt.format(v)
 
@@ -313,10 +320,7 @@ for p in ("fp32", "tf32", "bf16"):
 for p in ("fp32", "tf32", "bf16"):
     prof = r50["tandem"].get(p, {}).get("profile")
     if prof:
-        top = sorted(prof.get("kernels_ms", {}).items(), key=lambda kv: -kv[1][0])[:8]
-        md.append(f"- Tandem {p}, per kernel ({prof['steps']} fenced steps of {prof['step_ms']:.1f} ms; outside "
-                  f"kernels {prof['outside_kernels_ms']:.1f} ms): "
-                  + ", ".join(f"{name} {ms:.1f} ms ({calls} calls)" for name, (ms, calls) in top))
+        md.append(kernel_split(f"Tandem {p}, per kernel", prof, 8))
 for p in ("fp32", "tf32", "bf16"):
     for who in ("tandem", "pytorch"):
         if "error" in r50[who].get(p, {}):
@@ -341,10 +345,7 @@ if gpt2["tandem"] or gpt2["pytorch"] or gpt2["errors"]:
     for p in ("fp32", "tf32", "bf16"):
         prof = gpt2["tandem"].get(p, {}).get("profile")
         if prof:
-            top = sorted(prof.get("kernels_ms", {}).items(), key=lambda kv: -kv[1][0])[:10]
-            md.append(f"- Tandem {p}, per kernel-table entry ({prof['steps']} fenced steps of {prof['step_ms']:.1f} ms; "
-                      f"outside kernels {prof['outside_kernels_ms']:.1f} ms): "
-                      + ", ".join(f"{name} {ms:.1f} ms ({calls} calls)" for name, (ms, calls) in top))
+            md.append(kernel_split(f"Tandem {p}, per kernel-table entry", prof, 10))
         prof = gpt2["pytorch"].get("sdpa", {}).get(p, {}).get("profile")
         if prof:
             top = list(prof.get("kernels_ms", {}).items())[:10]
