@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <climits>
+#include <system_error>
 
 #include "data/tfrecord_writer.h"
 #include "engine/core/error.h"
@@ -50,6 +51,11 @@ TensorBoardSink::TensorBoardSink(const std::filesystem::path& run_dir, double fl
       last_flush_(std::chrono::steady_clock::now()) {
   TANDEM_CHECK(flush_every_s >= 0, ErrorCode::kInvalidArgument, "TensorBoardSink: flush interval {} s is negative",
                flush_every_s);
+  std::error_code ec;
+  std::filesystem::create_directories(run_dir, ec);  // when missing
+  TANDEM_CHECK(
+      !ec, ec == std::errc::no_space_on_device ? ErrorCode::kResourceExhausted : ErrorCode::kFailedPrecondition,
+      "TensorBoardSink: cannot make the run directory '{}': {} (errno {})", run_dir.string(), ec.message(), ec.value());
   writer_ = std::make_unique<TFRecordWriter>(path_.string());
   tensorflow::Event event;
   event.set_wall_time(wall_time_now());

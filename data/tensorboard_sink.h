@@ -19,9 +19,10 @@ namespace tandem::data {
 
 class TensorBoardSink final : public MetricsSink {
  public:
-  // Creates the event file in run_dir (which must exist) and writes its first record, the
-  // file_version event "brain.Event:2". Records reach the file at flush() and, when scalars keep
-  // coming, at least every flush_every_s seconds, so a running TensorBoard shows progress.
+  // Creates the event file in run_dir (made, with its parents, when missing, as TensorBoard's
+  // SummaryWriter makes its log_dir) and writes its first record, the file_version event
+  // "brain.Event:2". Records reach the file at flush() and, when scalars keep coming, at least
+  // every flush_every_s seconds, so a running TensorBoard shows progress.
   explicit TensorBoardSink(const std::filesystem::path& run_dir, double flush_every_s = 2.0);
   ~TensorBoardSink() override;  // flushes and closes; an error there is logged, never thrown
   TensorBoardSink(const TensorBoardSink&) = delete;

@@ -16,6 +16,7 @@
 
 #include "engine/core/error.h"
 #include "engine/core/output_file.h"
+#include "engine/train/checkpoint/fs.h"
 #include "engine/train/checkpoint/posix.h"
 
 namespace tandem::train {
@@ -144,6 +145,7 @@ MetricsCsvSink::MetricsCsvSink(const std::filesystem::path& run_dir, double flus
       last_flush_(std::chrono::steady_clock::now()) {
   TANDEM_CHECK(flush_every_s >= 0, ErrorCode::kInvalidArgument, "MetricsCsvSink: flush interval {} s is negative",
                flush_every_s);
+  fs::create_directories(run_dir);  // when missing
   open_for_appending();
   std::string line = first_line(fd_, path_);
   if (line.empty()) {

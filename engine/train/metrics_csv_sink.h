@@ -19,7 +19,8 @@ inline constexpr std::string_view kMetricsCsvHeader = "wall_time,step,tag,value"
 
 class MetricsCsvSink final : public MetricsSink {
  public:
-  // Opens run_dir/metrics.csv for appending: a resumed run adds rows under the ones it already
+  // Makes run_dir (and its parents) when missing, as TensorBoard's SummaryWriter makes its log_dir,
+  // and opens run_dir/metrics.csv for appending: a resumed run adds rows under the ones it already
   // has. A new or empty file gets the header; an existing file with another first line is a
   // FailedPrecondition (it is not ours to append to). Rows reach the file at flush() and at
   // least every flush_every_s seconds while scalars come; flush() also syncs them to the disk.

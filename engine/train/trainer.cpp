@@ -11,6 +11,7 @@
 
 #include "engine/backend/doctor/cpu_probe.h"
 #include "engine/distribute/bootstrap/client.h"
+#include "engine/train/checkpoint/fs.h"
 #include "engine/train/processes.h"
 #include "engine/train/progress.h"
 #include "engine/train/replica.h"
@@ -271,6 +272,8 @@ Trainer::Trainer(TrainerSetup setup) {
                c.schedule.name);
   s.schedule = std::make_unique<optim::LrSchedule>(c.schedule, c.optimizer.lr, s.setup.plan.global_batch_size,
                                                    std::max<int64_t>(total, 1));
+  // Process 0 makes the run directory it writes into, as TF's CheckpointManager makes its own.
+  if (s.setup.processes.rank == 0 && !s.setup.run_dir.empty()) fs::create_directories(s.setup.run_dir);
   s.checkpoints = std::make_unique<CheckpointManager>(
       checkpoint_dir(c, s.setup.run_dir),
       CheckpointOptions{.keep_last = static_cast<int>(c.checkpoint.keep_last), .after_stage = {},

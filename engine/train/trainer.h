@@ -52,6 +52,8 @@ struct TrainerSetup {
   // Called in this order from replica 0's thread (callback.h); the CLI adds MetricsWriter and
   // ProgressLogger (callbacks.h).
   std::vector<std::shared_ptr<Callback>> callbacks;
+  // Where process 0 writes (checkpoints by default, RunInfo::run_dir for callbacks); the Trainer
+  // makes it, with its parents, when missing.
   std::filesystem::path run_dir;
   std::string resolved_config;  // stored in checkpoints
   // Metrics are read from the device at every step on CPU replicas (a progress bar redrawn on a

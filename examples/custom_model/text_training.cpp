@@ -62,7 +62,6 @@ void register_text_classifier() {
 
 TrainResult train_text_classifier(const TrainOptions& o) {
   register_text_classifier();
-  std::filesystem::create_directories(o.run_dir);
   std::vector<std::string> files = write_tfrecords(o.data_dir, TextDataSpec{});
   tandem::train::TrainerSetup setup;
   setup.config = config_for(o);
@@ -82,7 +81,7 @@ TrainResult train_text_classifier(const TrainOptions& o) {
     setup.train_sources.push_back(make_source(files, o.replicas, r, setup.plan.per_replica_batch_size, 5));
   }
   setup.steps_per_epoch = TextDataSpec{}.examples / o.global_batch;
-  setup.run_dir = o.run_dir;
+  setup.run_dir = o.run_dir;  // made when missing, by the Trainer (and by MetricsCsvSink)
   setup.callbacks.push_back(std::make_shared<LossHistory>(result));
   setup.callbacks.push_back(std::make_shared<tandem::train::MetricsWriter>(
       std::make_shared<tandem::train::MetricsCsvSink>(o.run_dir)));

@@ -189,9 +189,25 @@ TEST(TensorBoardSinkTest, TwoSinksStartedInTheSameSecondWriteTwoFiles) {
   EXPECT_EQ(read_events(b.path()).size(), 1u);
 }
 
+// As TensorBoard's SummaryWriter: a missing run directory is made, with its parents.
+TEST(TensorBoardSinkTest, AMissingRunDirectoryIsMade) {
+  TempDir dir;
+  TensorBoardSink sink(dir.path() / "runs" / "a");
+  sink.close();
+  EXPECT_EQ(sink.path().parent_path(), dir.path() / "runs" / "a");
+  EXPECT_EQ(read_events(sink.path()).size(), 1u);
+}
+
 TEST(TensorBoardSinkTest, ErrorsAreTandemErrors) {
   TempDir dir;
-  EXPECT_THROW(TensorBoardSink(dir.path() / "missing"), Error);
+  testing::write_file(dir.path() / "file", "not a folder");
+  try {
+    TensorBoardSink blocked(dir.path() / "file" / "run");
+    FAIL() << "a run directory under a file cannot be made";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kFailedPrecondition);
+    EXPECT_THAT(e.what(), ::testing::HasSubstr((dir.path() / "file" / "run").string()));
+  }
   TensorBoardSink sink(dir.path());
   sink.close();
   try {

@@ -182,15 +182,37 @@ TEST(MetricsCsvSinkTest, AFileThatIsNotOursIsNotAppendedTo) {
   EXPECT_EQ(read_file(dir.path() / "metrics.csv"), "epoch,loss\n1,0.5\n");
 }
 
+// As TensorBoard's SummaryWriter: a missing run directory is made, with its parents (the Trainer
+// snippet of docs/EMBEDDING.md builds its sink before anything else touches the run directory).
+TEST(MetricsCsvSinkTest, AMissingRunDirectoryIsMade) {
+  TempDir dir;
+  {
+    MetricsCsvSink sink(dir.path() / "runs" / "a");
+    sink.scalar("train/loss", 0.5, 1);
+  }
+  const std::vector<std::string> lines = split_lines(read_file(dir.path() / "runs" / "a" / "metrics.csv"));
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0], kMetricsCsvHeader);
+}
+
 TEST(MetricsCsvSinkTest, OpenFailureNamesThePathAndErrno) {
   TempDir dir;
+  testing::write_file(dir.path() / "file", "not a folder");
   try {
-    MetricsCsvSink sink(dir.path() / "missing");
-    FAIL() << "a missing run directory must fail";
+    MetricsCsvSink sink(dir.path() / "file" / "run");
+    FAIL() << "a run directory under a file cannot be made";
   } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kNotFound);
-    EXPECT_THAT(e.what(), HasSubstr((dir.path() / "missing" / "metrics.csv").string()));
-    EXPECT_THAT(e.what(), HasSubstr("errno 2"));
+    EXPECT_EQ(e.code(), ErrorCode::kFailedPrecondition);
+    EXPECT_THAT(e.what(), HasSubstr((dir.path() / "file" / "run").string()));
+    EXPECT_THAT(e.what(), HasSubstr("errno 20"));
+  }
+  std::filesystem::create_directories(dir.path() / "run" / "metrics.csv");  // a folder where the file goes
+  try {
+    MetricsCsvSink sink(dir.path() / "run");
+    FAIL() << "metrics.csv cannot be opened when it is a folder";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr((dir.path() / "run" / "metrics.csv").string()));
+    EXPECT_THAT(e.what(), HasSubstr("errno 21"));
   }
 }
 

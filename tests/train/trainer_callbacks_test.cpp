@@ -12,6 +12,7 @@
 #include "engine/autograd/ops.h"
 #include "engine/core/error.h"
 #include "engine/train/metrics_csv_sink.h"
+#include "tests/support/files.h"
 #include "tests/train/trainer_fixture.h"
 
 namespace tandem::train {
@@ -112,6 +113,21 @@ TEST_F(TrainerCallbacksTest, MetricsRowsOfACheckpointedStepAreOnDiskBeforeTheChe
   EXPECT_EQ(watcher->begins, (std::vector<int64_t>{4, 8, 12, 16}));
   EXPECT_TRUE(watcher->existed_before.empty());
   EXPECT_EQ(watcher->rows_on_disk_at_commit, (std::vector<bool>{true, true, true, true}));
+}
+
+// The Trainer makes its run directory, with its parents, before a callback starts (as TF's
+// CheckpointManager makes its own): a callback may write there from on_train_begin.
+class BeginWriter : public Callback {
+ public:
+  void on_train_begin(const RunInfo& run, TrainerControl&) override { std::ofstream(run.run_dir / "begun") << "1\n"; }
+};
+
+TEST_F(TrainerCallbacksTest, TheTrainerMakesItsRunDirectoryBeforeACallbackStarts) {
+  TrainConfig c = base_config(dir_);  // checkpoints in dir_/checkpoints, beside the run directory
+  c.loop.epochs = 1;
+  c.output.run_dir = (dir_ / "runs" / "a").string();
+  train(c, 1, slices(1), {}, nullptr, {std::make_shared<BeginWriter>()});
+  EXPECT_EQ(testing::read_file(dir_ / "runs" / "a" / "begun"), "1\n");
 }
 
 TEST_F(TrainerCallbacksTest, AStopRequestEndsEveryReplicaAfterTheSameStepAndResumesExactly) {

@@ -13,8 +13,9 @@ namespace {
 ErrorCode code_for(const std::error_code& ec) {
   if (ec == std::errc::no_space_on_device || ec == std::errc::file_too_large) return ErrorCode::kResourceExhausted;
   if (ec == std::errc::no_such_file_or_directory) return ErrorCode::kNotFound;
+  // Not ours to fix by retrying: no right to write there, or a file where a folder must be.
   if (ec == std::errc::permission_denied || ec == std::errc::operation_not_permitted ||
-      ec == std::errc::read_only_file_system) {
+      ec == std::errc::read_only_file_system || ec == std::errc::not_a_directory || ec == std::errc::file_exists) {
     return ErrorCode::kFailedPrecondition;
   }
   return ErrorCode::kUnavailable;
