@@ -8,8 +8,9 @@ include(CMakePackageConfigHelpers)
 set(TANDEM_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/Tandem)
 configure_file(${PROJECT_SOURCE_DIR}/include/tandem/version.h.in ${PROJECT_BINARY_DIR}/include/tandem/version.h @ONLY)
 
-# Tandem::tandem: every library a program needs, and the headers' two roots (<tandem/...> and
-# the engine's own "engine/...", "data/...", "models/..." paths the public headers include).
+# Tandem::tandem: every library a program needs, and the headers' root: <tandem/...> (in the build
+# tree the source root too, for the engine's own "engine/...", "data/...", "models/..." paths; the
+# installed headers include those as "tandem/engine/...": cmake/TandemInstallHeaders.cmake).
 add_library(tandem INTERFACE)
 target_link_libraries(tandem INTERFACE tandem_export tandem_train tandem_models tandem_pipeline tandem_data tandem_distribute
   tandem_optim tandem_nn tandem_autograd tandem_backend tandem_core)
@@ -29,6 +30,17 @@ install(TARGETS ${tandem_installed_libraries} tandem EXPORT TandemTargets
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 if(TARGET tandem_cuda)
   install(TARGETS tandem_cuda LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  list(APPEND tandem_installed_libraries tandem_cuda)
+endif()
+# The installed libraries carry no debug information (strip --strip-debug keeps the symbols that
+# linking needs): a RelWithDebInfo tree's libraries are mostly DWARF (docs/EMBEDDING.md gives the
+# sizes). TANDEM_INSTALL_DEBUG_INFO=ON keeps it, to debug into Tandem from an installed package.
+if(NOT TANDEM_INSTALL_DEBUG_INFO AND CMAKE_STRIP)
+  set(tandem_installed_files "")
+  foreach(library ${tandem_installed_libraries})
+    list(APPEND tandem_installed_files "\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_LIBDIR}/$<TARGET_FILE_NAME:${library}>")
+  endforeach()
+  install(CODE "execute_process(COMMAND \"${CMAKE_STRIP}\" --strip-debug ${tandem_installed_files} COMMAND_ERROR_IS_FATAL ANY)")
 endif()
 install(EXPORT TandemTargets NAMESPACE Tandem:: DESTINATION ${TANDEM_CMAKE_DIR})
 
@@ -69,15 +81,11 @@ file(GLOB tandem_facades RELATIVE ${PROJECT_SOURCE_DIR} CONFIGURE_DEPENDS ${PROJ
 # version.h is generated from version.h.in, which includes engine/core/version.h.
 tandem_public_headers(TANDEM_PUBLIC_HEADERS ${tandem_facades} engine/core/version.h)
 set(TANDEM_PUBLIC_HEADERS ${TANDEM_PUBLIC_HEADERS} CACHE INTERNAL "the installed headers, relative to the source tree")
-foreach(header ${TANDEM_PUBLIC_HEADERS})
-  get_filename_component(dir ${header} DIRECTORY)
-  if(dir MATCHES "^include/tandem")
-    install(FILES ${header} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tandem)
-  else()
-    install(FILES ${header} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tandem/${dir})
-  endif()
-endforeach()
-install(FILES ${PROJECT_BINARY_DIR}/include/tandem/version.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/tandem)
+# Under include/tandem with their paths kept, their #include lines made "tandem/engine/...".
+install(CODE "set(TANDEM_SOURCE_DIR \"${PROJECT_SOURCE_DIR}\")
+set(TANDEM_HEADERS \"${TANDEM_PUBLIC_HEADERS};${PROJECT_BINARY_DIR}/include/tandem/version.h\")
+set(TANDEM_INCLUDE_DESTINATION \"${CMAKE_INSTALL_INCLUDEDIR}/tandem\")
+include(\"${PROJECT_SOURCE_DIR}/cmake/TandemInstallHeaders.cmake\")")
 
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/TandemConfig.cmake.in
   ${PROJECT_BINARY_DIR}/TandemConfig.cmake INSTALL_DESTINATION ${TANDEM_CMAKE_DIR})

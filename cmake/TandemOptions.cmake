@@ -7,9 +7,10 @@ function(tandem_target_options target)
   target_compile_options(${target} PRIVATE
     $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Werror -Wshadow -Wnon-virtual-dtor
       -Wno-error=deprecated-declarations>)
-  # Installed, the engine's headers keep their paths under include/tandem (cmake/TandemInstall.cmake).
+  # Installed, the engine's headers keep their paths under include/tandem and include each other as
+  # "tandem/engine/..." (cmake/TandemInstallHeaders.cmake): the include directory alone finds them.
   target_include_directories(${target} PUBLIC $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>
-    $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}> $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/tandem>)
+    $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}> $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
   if(TANDEM_SANITIZE)
     # GCC's flow-based warnings misfire on sanitizer-instrumented code (GCC's manual says so
     # for -fsanitize); the release build keeps -Wmaybe-uninitialized as an error.
@@ -60,7 +61,7 @@ function(tandem_folder_library target)
     # A folder with no code yet still is a target, so the folders above can name it.
     add_library(${target} INTERFACE)
     target_include_directories(${target} INTERFACE $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}>
-      $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}> $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}/tandem>)
+      $<BUILD_INTERFACE:${PROJECT_BINARY_DIR}> $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
     target_link_libraries(${target} INTERFACE ${ARG_LINKS})
     return()
   endif()
