@@ -93,6 +93,9 @@ struct KernelTable {
   void (*linear_backward_data)(Ctx&, const Tensor& dy, const Tensor& w, Tensor& dx) = nullptr;
   // dw = dy^T x, db = column sums of dy (db may be undefined)
   void (*linear_backward_weights)(Ctx&, const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& db) = nullptr;
+  // dw += dy^T x, in the same GEMM (a weight gradient summed over row chunks: the fused classifier's).
+  // Null: ops.h adds a linear_backward_weights result into dw.
+  void (*linear_backward_weights_add)(Ctx&, const Tensor& x, const Tensor& dy, Tensor& dw) = nullptr;
 
   // Elementwise over equal shapes and formats (f32).
   void (*add)(Ctx&, const Tensor& a, const Tensor& b, Tensor& y) = nullptr;       // y = a + b
@@ -117,6 +120,11 @@ struct KernelTable {
   // dlogits[i] = dloss[i] * (probs[i] - target[i]); 0 for an ignored row.
   void (*softmax_cross_entropy_backward)(Ctx&, const Tensor& probs, const Tensor& labels, float label_smoothing,
                                          int64_t ignore_index, const Tensor& dloss, Tensor& dlogits) = nullptr;
+  // Both in one pass, in place (a fused classifier's chunk of rows): loss as the forward computes it,
+  // and logits overwritten by the backward's gradient for dloss[i] = scale, with loss_math.h's
+  // formulas (a device may order a row's sums differently from its forward kernel).
+  void (*softmax_cross_entropy_inplace)(Ctx&, Tensor& logits, const Tensor& labels, float label_smoothing,
+                                        int64_t ignore_index, float scale, Tensor& loss) = nullptr;
 
   // The training loop's running sums, kept on the device so a step reads nothing back: (3) f32 stats
   // += (loss * loss_scale, examples whose label's logit no other logit exceeds, N). loss: [] f32;

@@ -89,12 +89,15 @@ Tensor global_avg_pool_forward(Ctx&, const Tensor& x);
 Tensor global_avg_pool_backward(Ctx&, const Tensor& dy, const Shape& x_shape);
 
 Tensor matmul(Ctx&, const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
+// w: f32, or its bf16_operand (a weight used by several products, rounded once for all of them).
 Tensor linear_forward(Ctx&, const Tensor& x, const Tensor& w, const Tensor& b = {});
 Tensor linear_backward_data(Ctx&, const Tensor& dy, const Tensor& w);
 struct LinearWeightGrads {
   Tensor dw, db;  // db undefined when with_bias is false
 };
 LinearWeightGrads linear_backward_weights(Ctx&, const Tensor& x, const Tensor& dy, bool with_bias);
+// dw (out, in) f32 += dy^T x: a weight gradient summed over chunks of rows.
+void linear_backward_weights_add(Ctx&, const Tensor& x, const Tensor& dy, Tensor& dw);
 
 Tensor add(Ctx&, const Tensor& a, const Tensor& b);
 Tensor add_relu(Ctx&, const Tensor& a, const Tensor& b);  // relu(a + b), one pass
@@ -115,6 +118,11 @@ SoftmaxCrossEntropyForward softmax_cross_entropy_forward(Ctx&, const Tensor& log
 Tensor softmax_cross_entropy_backward(Ctx&, const Tensor& probs, const Tensor& labels, float label_smoothing,
                                       const Tensor& dloss,
                                       int64_t ignore_index = kNoIgnoreIndex);
+
+// Both of the above in one pass over logits, which it overwrites: returns the (N) losses, and leaves
+// in logits the gradient for dloss[i] = scale (0 on an ignored row). A fused classifier's chunk.
+Tensor softmax_cross_entropy_inplace(Ctx&, Tensor& logits, const Tensor& labels, float label_smoothing, float scale,
+                                     int64_t ignore_index = kNoIgnoreIndex);
 
 // stats (3) += (loss * loss_scale, top-1 correct, N) on the device (kernels.h).
 void accumulate_classification_stats(Ctx&, const Tensor& loss, float loss_scale, const Tensor& logits,

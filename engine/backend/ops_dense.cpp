@@ -45,7 +45,7 @@ Tensor matmul(Ctx& ctx, const Tensor& a, const Tensor& b, bool transpose_a, bool
 Tensor linear_forward(Ctx& ctx, const Tensor& x, const Tensor& w, const Tensor& b) {
   constexpr std::string_view op = "linear_forward";
   check_tensor(op, "x", x, ctx, operand_dtype(ctx, x), 2, "(N, in)");
-  check_tensor(op, "w", w, ctx, DType::kF32, 2, "(out, in)");
+  check_tensor(op, "w", w, ctx, operand_dtype(ctx, w), 2, "(out, in)");
   TANDEM_CHECK(w.dim(1) == x.dim(1), ErrorCode::kInvalidArgument,
                "{}: w has shape {} but x has {} features ({}); w must be (out, {})", op, w.shape().str(), x.dim(1),
                x.shape().str(), x.dim(1));
@@ -65,7 +65,7 @@ Tensor linear_forward(Ctx& ctx, const Tensor& x, const Tensor& w, const Tensor& 
 Tensor linear_backward_data(Ctx& ctx, const Tensor& dy, const Tensor& w) {
   constexpr std::string_view op = "linear_backward_data";
   check_tensor(op, "dy", dy, ctx, operand_dtype(ctx, dy), 2, "(N, out)");
-  check_tensor(op, "w", w, ctx, DType::kF32, 2, "(out, in)");
+  check_tensor(op, "w", w, ctx, operand_dtype(ctx, w), 2, "(out, in)");
   TANDEM_CHECK(w.dim(0) == dy.dim(1), ErrorCode::kInvalidArgument,
                "{}: w has shape {} but dy has {} outputs ({}); w must be ({}, in)", op, w.shape().str(), dy.dim(1),
                dy.shape().str(), dy.dim(1));
@@ -76,13 +76,21 @@ Tensor linear_backward_data(Ctx& ctx, const Tensor& dy, const Tensor& w) {
   return dx;
 }
 
-LinearWeightGrads linear_backward_weights(Ctx& ctx, const Tensor& x, const Tensor& dy, bool with_bias) {
-  constexpr std::string_view op = "linear_backward_weights";
+namespace {
+
+void check_weight_grad_operands(std::string_view op, Ctx& ctx, const Tensor& x, const Tensor& dy) {
   check_tensor(op, "x", x, ctx, operand_dtype(ctx, x), 2, "(N, in)");
   check_tensor(op, "dy", dy, ctx, operand_dtype(ctx, dy), 2, "(N, out)");
   TANDEM_CHECK(x.dim(0) == dy.dim(0), ErrorCode::kInvalidArgument,
                "{}: dy has shape {} but x has shape {}; their batch sizes (first dimension) must agree", op,
                dy.shape().str(), x.shape().str());
+}
+
+}  // namespace
+
+LinearWeightGrads linear_backward_weights(Ctx& ctx, const Tensor& x, const Tensor& dy, bool with_bias) {
+  constexpr std::string_view op = "linear_backward_weights";
+  check_weight_grad_operands(op, ctx, x, dy);
   auto fn = entry(table(ctx).linear_backward_weights, op, ctx);
   LinearWeightGrads g{like(ctx, {dy.dim(1), x.dim(1)}, MemoryFormat::kContiguous), Tensor()};
   if (with_bias) g.db = like(ctx, {dy.dim(1)}, MemoryFormat::kContiguous);
@@ -104,6 +112,18 @@ LinearWeightGrads linear_backward_weights(Ctx& ctx, const Tensor& x, const Tenso
   }
   fn(ctx, x, dy, g.dw, g.db);
   return g;
+}
+
+void linear_backward_weights_add(Ctx& ctx, const Tensor& x, const Tensor& dy, Tensor& dw) {
+  constexpr std::string_view op = "linear_backward_weights_add";
+  check_weight_grad_operands(op, ctx, x, dy);
+  check_tensor(op, "dw", dw, ctx, DType::kF32, 2, "(out, in)");
+  TANDEM_CHECK(dw.dim(0) == dy.dim(1) && dw.dim(1) == x.dim(1), ErrorCode::kInvalidArgument,
+               "{}: dw has shape {} but dy {} and x {} make a ({}, {}) gradient", op, dw.shape().str(),
+               dy.shape().str(), x.shape().str(), dy.dim(1), x.dim(1));
+  if (x.dim(0) == 0 || dw.numel() == 0) return;  // an empty sum adds nothing
+  if (auto fn = table(ctx).linear_backward_weights_add) return fn(ctx, x, dy, dw);
+  axpy(ctx, 1.0f, linear_backward_weights(ctx, x, dy, false).dw, dw);
 }
 
 namespace {
@@ -215,6 +235,20 @@ Tensor softmax_cross_entropy_backward(Ctx& ctx, const Tensor& probs, const Tenso
   Tensor dlogits = like(ctx, probs.shape(), MemoryFormat::kContiguous);
   fn(ctx, probs, labels, label_smoothing, ignore_index, dloss, dlogits);
   return dlogits;
+}
+
+Tensor softmax_cross_entropy_inplace(Ctx& ctx, Tensor& logits, const Tensor& labels, float label_smoothing,
+                                     float scale, int64_t ignore_index) {
+  constexpr std::string_view op = "softmax_cross_entropy_inplace";
+  check_tensor(op, "logits", logits, ctx, DType::kF32, 2, "(N, K)");
+  TANDEM_CHECK(logits.dim(1) > 0, ErrorCode::kInvalidArgument, "{}: logits {} has no classes", op,
+               logits.shape().str());
+  check_labels(op, labels, ctx, logits, "logits");
+  check_smoothing(op, label_smoothing);
+  auto fn = entry(table(ctx).softmax_cross_entropy_inplace, op, ctx);
+  Tensor loss = like(ctx, {logits.dim(0)}, MemoryFormat::kContiguous);
+  fn(ctx, logits, labels, label_smoothing, ignore_index, scale, loss);
+  return loss;
 }
 
 namespace {

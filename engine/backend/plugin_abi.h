@@ -21,7 +21,8 @@ extern "C" {
 //    cross-entropy takes ignore_index.
 // 9: KernelTable::to_bf16. 10: KernelTable::from_bf16.
 // 11: the kernel table gained packed attention (packed_attention_supported, _forward, _backward).
-inline constexpr int kTandemCudaPluginAbi = 11;
+// 12: linear_backward_weights_add and softmax_cross_entropy_inplace (the fused classifier).
+inline constexpr int kTandemCudaPluginAbi = 12;
 inline constexpr const char* kTandemCudaPluginEntry = "tandem_cuda_plugin_init";
 // Returns the kernel table without initialising CUDA (no driver call): for tests and the doctor.
 inline constexpr const char* kTandemCudaKernelTableEntry = "tandem_cuda_kernel_table";

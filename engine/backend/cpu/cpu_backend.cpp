@@ -44,6 +44,7 @@ const KernelTable& kernel_table() {
     t.broadcast_scalar = broadcast_scalar;
     t.softmax_cross_entropy_forward = softmax_cross_entropy_forward;
     t.softmax_cross_entropy_backward = softmax_cross_entropy_backward;
+    t.softmax_cross_entropy_inplace = softmax_cross_entropy_inplace;
     t.accumulate_classification_stats = accumulate_classification_stats;
     t.dropout_forward = dropout_forward;
     t.dropout_backward = dropout_backward;

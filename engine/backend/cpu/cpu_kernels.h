@@ -71,6 +71,8 @@ void softmax_cross_entropy_forward(Ctx&, const Tensor& logits, const Tensor& lab
                                    int64_t ignore_index, Tensor& loss, Tensor& probs);
 void softmax_cross_entropy_backward(Ctx&, const Tensor& probs, const Tensor& labels, float label_smoothing,
                                     int64_t ignore_index, const Tensor& dloss, Tensor& dlogits);
+void softmax_cross_entropy_inplace(Ctx&, Tensor& logits, const Tensor& labels, float label_smoothing,
+                                   int64_t ignore_index, float scale, Tensor& loss);
 void accumulate_classification_stats(Ctx&, const Tensor& loss, float loss_scale, const Tensor& logits,
                                      const Tensor& labels, Tensor& stats);
 void dropout_forward(Ctx&, const Tensor& x, float p, Tensor& y, Tensor& mask);

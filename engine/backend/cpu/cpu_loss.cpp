@@ -96,6 +96,40 @@ void softmax_cross_entropy_backward(Ctx& ctx, const Tensor& probs, const Tensor&
   }
 }
 
+void softmax_cross_entropy_inplace(Ctx& ctx, Tensor& logits, const Tensor& labels, float label_smoothing,
+                                   int64_t ignore_index, float scale, Tensor& loss) {
+  apply_thread_budget(ctx);
+  int64_t rows = logits.dim(0), k = logits.dim(1);
+  check_labels("softmax_cross_entropy_inplace", labels, k, ignore_index);
+  float* z = logits.data<float>();
+  const int64_t* l = labels.data<int64_t>();
+  float* out = loss.data<float>();
+  const loss_math::SmoothedTarget t = loss_math::smoothed_target(label_smoothing, k);
+  // The forward's arithmetic, then the backward's with dloss = scale, over each row while it is in
+  // cache: the loss reads the label's logit before the row is overwritten.
+#pragma omp parallel for schedule(static) if (rows * k >= kParallelGrain)
+  for (int64_t i = 0; i < rows; ++i) {
+    float* zi = z + i * k;
+    if (l[i] == ignore_index) {
+      out[i] = 0.0f;
+      for (int64_t j = 0; j < k; ++j) zi[j] = 0.0f;
+      continue;
+    }
+    loss_math::LogSumExp acc = loss_math::lse_empty();
+    double sz = 0.0;
+    for (int64_t j = 0; j < k; ++j) {
+      acc = loss_math::lse_add(acc, zi[j]);
+      sz += zi[j];
+    }
+    const double lse = loss_math::lse_value(acc);
+    out[i] = loss_math::cross_entropy_loss(lse, zi[l[i]], sz, label_smoothing, k);
+    for (int64_t j = 0; j < k; ++j) {
+      zi[j] = loss_math::cross_entropy_grad(scale, loss_math::softmax_prob(zi[j], lse),
+                                            loss_math::target_value(t, j, l[i]));
+    }
+  }
+}
+
 void dropout_forward(Ctx& ctx, const Tensor& x, float p, Tensor& y, Tensor& mask) {
   apply_thread_budget(ctx);
   const float* px = x.data<float>();

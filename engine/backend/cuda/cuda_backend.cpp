@@ -31,6 +31,7 @@ const KernelTable& kernel_table() {
     t.linear_forward = linear_forward;
     t.linear_backward_data = linear_backward_data;
     t.linear_backward_weights = linear_backward_weights;
+    t.linear_backward_weights_add = linear_backward_weights_add;
     t.add = add;
     t.add_relu = add_relu;
     t.mul = mul;
@@ -41,6 +42,7 @@ const KernelTable& kernel_table() {
     t.broadcast_scalar = broadcast_scalar;
     t.softmax_cross_entropy_forward = softmax_cross_entropy_forward;
     t.softmax_cross_entropy_backward = softmax_cross_entropy_backward;
+    t.softmax_cross_entropy_inplace = softmax_cross_entropy_inplace;
     t.accumulate_classification_stats = accumulate_classification_stats;
     t.dropout_forward = dropout_forward;
     t.dropout_backward = dropout_backward;

@@ -64,6 +64,7 @@ void matmul(Ctx&, const Tensor& a, const Tensor& b, bool transpose_a, bool trans
 void linear_forward(Ctx&, const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y);
 void linear_backward_data(Ctx&, const Tensor& dy, const Tensor& w, Tensor& dx);
 void linear_backward_weights(Ctx&, const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& db);
+void linear_backward_weights_add(Ctx&, const Tensor& x, const Tensor& dy, Tensor& dw);
 
 // cuda_elementwise.cu
 void relu_forward(Ctx&, const Tensor& x, Tensor& y);
@@ -82,6 +83,8 @@ void softmax_cross_entropy_forward(Ctx&, const Tensor& logits, const Tensor& lab
                                    int64_t ignore_index, Tensor& loss, Tensor& probs);
 void softmax_cross_entropy_backward(Ctx&, const Tensor& probs, const Tensor& labels, float label_smoothing,
                                     int64_t ignore_index, const Tensor& dloss, Tensor& dlogits);
+void softmax_cross_entropy_inplace(Ctx&, Tensor& logits, const Tensor& labels, float label_smoothing,
+                                   int64_t ignore_index, float scale, Tensor& loss);
 void accumulate_classification_stats(Ctx&, const Tensor& loss, float loss_scale, const Tensor& logits,
                                      const Tensor& labels, Tensor& stats);
 void dropout_forward(Ctx&, const Tensor& x, float p, Tensor& y, Tensor& mask);

@@ -12,6 +12,7 @@
 #include "engine/backend/cuda/cuda_context.h"
 #include "engine/backend/cuda/cuda_kernels.h"
 #include "engine/backend/cuda/cuda_reduce.cuh"
+#include "engine/backend/cuda/cuda_xent_inplace.h"
 #include "engine/backend/loss_math.h"
 
 namespace tandem::backend::cuda {
@@ -195,6 +196,14 @@ void softmax_cross_entropy_backward(Ctx& ctx, const Tensor& probs, const Tensor&
   TANDEM_CUDA_LAUNCH_CHECK("softmax_xent_backward_kernel",
                            "op=softmax_cross_entropy_backward probs={} labels={} dloss={} s={}", probs.shape().str(),
                            labels.shape().str(), dloss.shape().str(), label_smoothing);
+}
+
+void softmax_cross_entropy_inplace(Ctx& ctx, Tensor& logits, const Tensor& labels, float label_smoothing,
+                                   int64_t ignore_index, float scale, Tensor& loss) {
+  CudaContext& cc = tandem::cuda::cuda_context(ctx);
+  launch_softmax_xent_inplace({logits.data<float>(), labels.data<int64_t>(), logits.dim(0), logits.dim(1),
+                               label_smoothing, ignore_index, scale, loss.data<float>()},
+                              cc.stream());
 }
 
 void accumulate_classification_stats(Ctx& ctx, const Tensor& loss, float loss_scale, const Tensor& logits,

@@ -219,11 +219,15 @@ void run_empty_inner(CudaContext& cc, const Gemm& g, float* c) {
   }
 }
 
-void run_gemm(Ctx& ctx, const Gemm& g) {
+// c = product, or c += product when accumulate (cuBLASLt's beta = 1, reading c in place).
+void run_gemm(Ctx& ctx, const Gemm& g, bool accumulate = false) {
   CudaContext& cc = tandem::cuda::cuda_context(ctx);
   float* c = g.c->data<float>();
   if (g.m == 0 || g.n == 0) return;
-  if (g.k == 0) return run_empty_inner(cc, g, c);
+  if (g.k == 0) {
+    if (!accumulate) run_empty_inner(cc, g, c);  // adding an empty sum leaves c as it is
+    return;
+  }
   const bool bf16 = g.precision == Precision::kBf16;
   TANDEM_CHECK(bf16 || (!is_bf16(*g.a) && !is_bf16(*g.b)), ErrorCode::kInternal, "{}: a bf16 operand outside bf16",
                g);
@@ -246,7 +250,7 @@ void run_gemm(Ctx& ctx, const Gemm& g) {
   if (ops.bias != nullptr) {
     set_desc(g, plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(ops.bias));
   }
-  const float alpha = 1.0f, beta = 0.0f;
+  const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   TANDEM_CUBLAS_CHECK(cublasLtMatmul(cc.cublas_lt(), plan.desc, &alpha, ops.a, plan.a, ops.b, plan.b, &beta, ops.d,
                                      plan.d, ops.d, plan.d, &plan.algo, base, plan.workspace_bytes, cc.stream()),
                       "{}", g);
@@ -270,6 +274,14 @@ void linear_backward_data(Ctx& ctx, const Tensor& dy, const Tensor& w, Tensor& d
   const Tensor none;  // (N, out) (out, in)
   run_gemm(ctx, {"linear_backward_data", &dy, &w, &none, &dx, false, false, dy.dim(0), w.dim(1), dy.dim(1),
                  ctx.options().precision});
+}
+
+void linear_backward_weights_add(Ctx& ctx, const Tensor& x, const Tensor& dy, Tensor& dw) {
+  const Tensor none;  // dw (out, in) += (out, N) (N, in)
+  run_gemm(ctx,
+           {"linear_backward_weights_add", &dy, &x, &none, &dw, true, false, dy.dim(1), x.dim(1), dy.dim(0),
+            ctx.options().precision},
+           true);
 }
 
 void linear_backward_weights(Ctx& ctx, const Tensor& x, const Tensor& dy, Tensor& dw, Tensor& db) {
