@@ -11,7 +11,10 @@
 //
 //   gpu_train_bench [--model resnet50|gpt2] [--precision fp32|tf32|bf16[,...]] [--batch N] [--steps N]
 //                   [--warmup N] [--format nhwc|nchw] [--device cuda:K] [--no-cudnn-benchmark] [--profile N]
-//                   [--json]
+//                   [--classifier fused|unfused] [--json]
+//
+// --classifier: GPT-2's lm_head and loss as the trainer runs them, fused in chunks of rows (default;
+// docs/TRANSFORMERS.md, "The fused classifier"), or as model.forward's logits then cross_entropy_loss.
 //
 // --profile N: after the timed steps, N more steps with every kernel call fenced by a stream
 // synchronize (bench/support/kernel_timing.h), reported as milliseconds per step per kernel table
@@ -39,6 +42,7 @@
 #include "engine/core/allocator.h"
 #include "engine/core/random.h"
 #include "engine/nn/init.h"
+#include "engine/nn/linear_head.h"
 #include "engine/optim/optimizer.h"
 #include "models/registry.h"
 
@@ -63,6 +67,7 @@ struct Options {
   Device device = Device::cuda(0);
   bool cudnn_benchmark = true;  // as the PyTorch reference's torch.backends.cudnn.benchmark = True
   int profile_steps = 0;
+  bool fused_classifier = true;
   bool json = false;
 };
 
@@ -70,7 +75,7 @@ struct Options {
   std::fprintf(stderr,
                "gpu_train_bench: %s\nusage: gpu_train_bench [--model resnet50|gpt2] [--precision fp32|tf32|bf16[,...]] [--batch N] "
                "[--steps N] [--warmup N] [--format nhwc|nchw] [--device cuda:K] [--no-cudnn-benchmark] [--profile N] "
-               "[--json]\n",
+               "[--classifier fused|unfused] [--json]\n",
                why.c_str());
   std::exit(2);
 }
@@ -114,6 +119,11 @@ Options parse(int argc, char** argv) {
     else if (a == "--no-cudnn-benchmark") o.cudnn_benchmark = false;
     else if (a == "--profile") o.profile_steps = static_cast<int>(count(1));
     else if (a == "--json") o.json = true;
+    else if (a == "--classifier") {
+      const std::string c = value();
+      if (c != "fused" && c != "unfused") usage("--classifier must be fused or unfused, got " + c);
+      o.fused_classifier = c == "fused";
+    }
     else if (a == "--format") {
       std::string f = value();
       if (f == "nhwc") o.format = MemoryFormat::kChannelsLast;
@@ -208,8 +218,10 @@ Result run(const Options& o, Precision precision) {
   tandem::autograd::Variable loss;
   auto step = [&] {
     optimizer->zero_grad();
-    auto logits = model->forward(ctx, tandem::autograd::Variable(x));
-    loss = tandem::autograd::cross_entropy_loss(ctx, logits, labels, 0.0f, items_per_step(o));
+    const tandem::autograd::Variable input(x);
+    loss = o.fused_classifier
+               ? tandem::nn::model_cross_entropy_loss(ctx, *model, input, labels, 0.0f, items_per_step(o))
+               : tandem::autograd::cross_entropy_loss(ctx, model->forward(ctx, input), labels, 0.0f, items_per_step(o));
     loss.backward(&ctx);
     optimizer->step(ctx);
   };
@@ -286,11 +298,11 @@ void print(const Options& o, const Result& r) {
     std::printf("{\"engine\": \"tandem\", \"model\": \"%s\", \"device\": \"%s\", \"precision\": \"%s\", "
                 "\"format\": \"%s\", \"batch\": %lld, \"steps\": %d, \"warmup\": %d, \"cudnn_benchmark\": %s, "
                 "\"%s_per_sec\": %.2f, \"step_ms\": {\"p50\": %.3f, \"p95\": %.3f}, \"first_step_ms\": %.1f, "
-                "\"peak_bytes_in_use\": %lld, \"final_loss\": %.5f",
+                "\"peak_bytes_in_use\": %lld, \"final_loss\": %.5f, \"classifier\": \"%s\"",
                 o.model.c_str(), o.device.str().c_str(), precision.c_str(), format_flag(o.format),
                 static_cast<long long>(o.batch), o.steps, o.warmup, o.cudnn_benchmark ? "true" : "false", unit, per_sec,
                 1e3 * percentile(r.step_s, 0.5), 1e3 * percentile(r.step_s, 0.95), 1e3 * r.first_step_s,
-                static_cast<long long>(r.peak_bytes), r.final_loss);
+                static_cast<long long>(r.peak_bytes), r.final_loss, o.fused_classifier ? "fused" : "unfused");
     print_profile(o, r);
     std::printf("}\n");
   } else {

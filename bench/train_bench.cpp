@@ -28,6 +28,7 @@
 #include "engine/core/allocator.h"
 #include "engine/core/random.h"
 #include "engine/nn/init.h"
+#include "engine/nn/linear_head.h"
 #include "engine/optim/optimizer.h"
 #include "models/registry.h"
 
@@ -229,8 +230,8 @@ Result run(const Options& o, MemoryFormat format) {
   auto step = [&](bool timed) {
     auto t0 = Clock::now();
     optimizer->zero_grad();
-    auto logits = model->forward(ctx, tandem::autograd::Variable(x));
-    auto loss = tandem::autograd::cross_entropy_loss(ctx, logits, labels, 0.0f, divisor);
+    // As the trainer's tasks: a GPT's head runs fused with the loss (nn/linear_head.h).
+    auto loss = tandem::nn::model_cross_entropy_loss(ctx, *model, tandem::autograd::Variable(x), labels, 0.0f, divisor);
     auto t1 = Clock::now();
     loss.backward(&ctx);
     auto t2 = Clock::now();

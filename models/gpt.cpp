@@ -132,14 +132,18 @@ Gpt::Gpt(const GptConfig& c) : config_(c) {
   }
 }
 
-Variable Gpt::forward(ExecutionContext& ctx, const Variable& tokens) { return run(ctx, tokens.value(), nullptr); }
+Variable Gpt::forward(ExecutionContext& ctx, const Variable& tokens) {
+  return lm_head_->forward(ctx, run(ctx, tokens.value(), nullptr));
+}
+
+Variable Gpt::hidden_states(ExecutionContext& ctx, const Variable& tokens) { return run(ctx, tokens.value(), nullptr); }
 
 Variable Gpt::forward(ExecutionContext& ctx, const Tensor& tokens, KvCache& cache) {
   if (cache.keys.empty()) {
     cache.keys.resize(blocks_.size());
     cache.values.resize(blocks_.size());
   }
-  return run(ctx, tokens, &cache);
+  return lm_head_->forward(ctx, run(ctx, tokens, &cache));
 }
 
 Variable Gpt::run(ExecutionContext& ctx, const Tensor& tokens, KvCache* cache) {
@@ -155,7 +159,7 @@ Variable Gpt::run(ExecutionContext& ctx, const Tensor& tokens, KvCache* cache) {
   for (size_t i = 0; i < blocks_.size(); ++i) {
     x = cache != nullptr ? blocks_[i]->forward(ctx, x, &cache->keys[i], &cache->values[i]) : blocks_[i]->forward(ctx, x);
   }
-  return lm_head_->forward(ctx, ln_f_->forward(ctx, x));
+  return ln_f_->forward(ctx, x);
 }
 
 }  // namespace tandem::models

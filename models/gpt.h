@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "engine/nn/embedding.h"
+#include "engine/nn/linear_head.h"
 #include "engine/nn/transformer_layers.h"
 
 namespace tandem::models {
@@ -56,17 +57,20 @@ class GptBlock : public nn::Module {
   std::shared_ptr<nn::Module> mlp_;  // c_fc, gelu, c_proj, dropout
 };
 
-class Gpt : public nn::Module {
+class Gpt : public nn::Module, public nn::LinearHead {
  public:
   explicit Gpt(const GptConfig& c);
   const GptConfig& config() const { return config_; }
   // (B, T) i64 token ids (a Variable without gradient), T <= block_size -> (B, T, vocab_size) logits.
   Variable forward(ExecutionContext& ctx, const Variable& tokens) override;
+  // ln_f's output (B, T, n_embd), which lm_head turns into the logits; and lm_head's (tied) weight.
+  Variable hidden_states(ExecutionContext& ctx, const Variable& tokens) override;
+  const Variable& head_weight() const override { return lm_head_->weight(); }
   // The logits of new tokens (B, T_new) that follow the cache's positions; appends to the cache.
   Variable forward(ExecutionContext& ctx, const Tensor& tokens, KvCache& cache);
 
  private:
-  Variable run(ExecutionContext& ctx, const Tensor& tokens, KvCache* cache);
+  Variable run(ExecutionContext& ctx, const Tensor& tokens, KvCache* cache);  // the hidden states
   GptConfig config_;
   std::shared_ptr<nn::Embedding> wte_, wpe_;
   std::shared_ptr<nn::Dropout> drop_;

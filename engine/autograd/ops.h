@@ -63,6 +63,20 @@ Variable softmax_cross_entropy(ExecutionContext& ctx, const Variable& logits, co
 Variable cross_entropy_loss(ExecutionContext& ctx, const Variable& logits, const Tensor& labels,
                             float label_smoothing, int64_t divisor);
 
+struct LinearCrossEntropyOptions {
+  float label_smoothing = 0.0f;
+  int64_t divisor = 1;  // the loss contract's: the global batch's row count
+  int64_t ignore_index = backend::kNoIgnoreIndex;
+  int64_t chunk_elements = 0;  // logits computed at once; 0: 2^25 (128 MiB of f32)
+};
+// cross_entropy_loss(linear(x, w), labels, ...) for a bias-free (V, C) w and (N..., C) x, without the
+// (N..., V) logits: a chunk of rows at a time goes through the product, the loss and its gradient
+// (ops_classifier.cpp). Loss and gradients agree with the unfused ops within rounding (on the CPU,
+// bit for bit while one chunk holds every row). Gradients are computed during the forward (for a
+// unit dloss, scaled in backward), so call it under NoGradGuard when none is wanted.
+Variable linear_cross_entropy_loss(ExecutionContext& ctx, const Variable& x, const Variable& w, const Tensor& labels,
+                                   const LinearCrossEntropyOptions& options = {});
+
 // ---- N-D ops with PyTorch's semantics (ops_tensor.cpp); dims may be negative. ----
 Variable permute(ExecutionContext& ctx, const Variable& x, std::span<const int> dims);
 Variable transpose(ExecutionContext& ctx, const Variable& x, int dim0, int dim1);

@@ -65,6 +65,8 @@ class Linear : public Module {
  public:
   Linear(int64_t in_features, int64_t out_features, bool bias = true);
   Variable forward(ExecutionContext& ctx, const Variable& x) override;  // (N, in) -> (N, out)
+  const Variable& weight() const { return weight_; }  // (out, in)
+  const Variable& bias() const { return bias_; }      // (out), or undefined
 
  private:
   Variable weight_, bias_;

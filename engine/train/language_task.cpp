@@ -8,6 +8,7 @@
 #include "engine/autograd/ops.h"
 #include "engine/backend/ops.h"
 #include "engine/core/error.h"
+#include "engine/nn/linear_head.h"
 
 namespace tandem::train {
 namespace {
@@ -19,6 +20,13 @@ struct Pairs {
 Pairs split_windows(ExecutionContext& ctx, const Tensor& tokens) {
   const int64_t t = tokens.dim(1) - 1;
   return {backend::narrow(ctx, tokens, 1, 0, t), backend::narrow(ctx, tokens, 1, 1, t)};
+}
+
+// The model's logits and cross-entropy, fused where the model ends in a linear head (GPT): the
+// (tokens, vocabulary) logits never exist whole.
+autograd::Variable token_loss(ExecutionContext& ctx, nn::Module& model, const Pairs& p, float label_smoothing,
+                              int64_t divisor) {
+  return nn::model_cross_entropy_loss(ctx, model, autograd::Variable(p.inputs), p.targets, label_smoothing, divisor);
 }
 
 }  // namespace
@@ -35,8 +43,7 @@ autograd::Variable LanguageModeling::train_step(TaskStep& step, nn::Module& mode
   const int64_t tokens = p.targets.numel();
   // The loss contract: the sum of this replica's token losses over the global batch's tokens.
   const int64_t global_tokens = step.global_batch_size * p.targets.dim(1);
-  autograd::Variable logits = model.forward(step.ctx, autograd::Variable(p.inputs));
-  autograd::Variable loss = autograd::cross_entropy_loss(step.ctx, logits, p.targets, label_smoothing_, global_tokens);
+  autograd::Variable loss = token_loss(step.ctx, model, p, label_smoothing_, global_tokens);
   add_to_sum(step, 0, loss.value(), static_cast<float>(global_tokens));
   add_to_sum(step, 1, static_cast<double>(tokens));
   return loss;
@@ -45,9 +52,8 @@ autograd::Variable LanguageModeling::train_step(TaskStep& step, nn::Module& mode
 int64_t LanguageModeling::eval_step(ExecutionContext& ctx, nn::Module& model, const Batch& batch,
                                     std::span<double> sums) {
   Pairs p = split_windows(ctx, batch.at(kTokens));
-  autograd::Variable logits = model.forward(ctx, autograd::Variable(p.inputs));
-  autograd::Variable losses = autograd::softmax_cross_entropy(ctx, logits, p.targets);
-  Tensor total = backend::sum(ctx, losses.value()).to(Device::cpu());
+  autograd::NoGradGuard no_grad;
+  const Tensor total = token_loss(ctx, model, p, 0.0f, 1).value().to(Device::cpu());  // the sum of the losses
   sums[0] += total.to_vector()[0];
   return p.targets.numel();
 }

@@ -116,10 +116,23 @@ TEST(TransformerGpu, VitTrainsOnTheGpuAsOnTheCpu) {
   train_both(m, x, random_ids({4}, 5, 7), 4, 2);
 }
 
+// The loss as the language-modeling task computes it: the GPT's head fused with the cross-entropy,
+// in chunks of `chunk_rows` rows (0: the default budget).
+autograd::Variable fused_gpt_loss(ExecutionContext& ctx, nn::Module& model, const Tensor& x, const Tensor& labels,
+                                  int64_t divisor, int64_t chunk_rows = 0) {
+  auto& gpt = dynamic_cast<Gpt&>(model);
+  autograd::LinearCrossEntropyOptions o;
+  o.divisor = divisor;
+  o.chunk_elements = chunk_rows * gpt.config().vocab_size;
+  return autograd::linear_cross_entropy_loss(ctx, gpt.hidden_states(ctx, autograd::Variable(x)), gpt.head_weight(),
+                                             labels, o);
+}
+
 TEST(TransformerGpu, GptTrainsInBf16OnTheTensorCoresAsInF32OnTheCpu) {
   TANDEM_REQUIRE_GPU();
   // Head size 64 under precision: bf16: packed attention on the tensor cores, bf16 products
-  // everywhere; 50 AdamW steps on one batch follow the CPU's f32 losses within bf16's rounding.
+  // everywhere, the fused classifier in chunks of 100 rows; 50 AdamW steps on one batch follow the
+  // CPU's f32 losses (unfused) within bf16's rounding.
   const ModelSpec spec{.name = "gpt", .block_size = 64, .vocab_size = 96, .n_layer = 2, .n_head = 2, .n_embd = 128};
   Pair m = make_pair(spec);
   ExecutionContext cpu(Device::cpu(), 2, 1), gpu(kGpu, 0, 1);
@@ -136,8 +149,7 @@ TEST(TransformerGpu, GptTrainsInBf16OnTheTensorCoresAsInF32OnTheCpu) {
     opt_gpu->zero_grad();
     autograd::Variable loss_cpu = autograd::cross_entropy_loss(cpu, m.cpu->forward(cpu, autograd::Variable(x)), labels,
                                                                0.0f, 4 * 64);
-    autograd::Variable loss_gpu =
-        autograd::cross_entropy_loss(gpu, m.gpu->forward(gpu, autograd::Variable(x_gpu)), labels_gpu, 0.0f, 4 * 64);
+    autograd::Variable loss_gpu = fused_gpt_loss(gpu, *m.gpu, x_gpu, labels_gpu, 4 * 64, 100);
     loss_cpu.backward(&cpu);
     loss_gpu.backward(&gpu);
     opt_cpu->step(cpu);
@@ -147,6 +159,48 @@ TEST(TransformerGpu, GptTrainsInBf16OnTheTensorCoresAsInF32OnTheCpu) {
     (s == 0 ? first : last) = want;
   }
   EXPECT_LT(last, 0.5f * first) << "the model did not learn its one batch";
+}
+
+// linear_cross_entropy_loss on the GPU, in one chunk and in uneven chunks, against the unfused ops
+// on the CPU in f32; under bf16 within bf16's rounding. Two GPU runs give the same bits.
+TEST(TransformerGpu, FusedClassifierMatchesTheUnfusedOpsOnTheCpu) {
+  TANDEM_REQUIRE_GPU();
+  Generator g(3);
+  auto normal = [&](const Shape& shape, float std) {
+    Tensor t = Tensor::empty(shape);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = std * g.normal();
+    return t;
+  };
+  const Tensor x = normal({3, 100, 64}, 1.0f), w = normal({1000, 64}, 0.1f), labels = random_ids({3, 100}, 1000, 4);
+  ExecutionContext cpu(Device::cpu(), 2, 1);
+  autograd::Variable xc(x, true), wc(w, true);
+  autograd::Variable want = autograd::cross_entropy_loss(cpu, autograd::linear(cpu, xc, wc, {}), labels, 0.1f, 300);
+  want.backward(&cpu);
+  for (Precision precision : {Precision::kF32, Precision::kBf16}) {
+    for (int64_t chunk_rows : {0, 97}) {
+      SCOPED_TRACE(std::string(precision_name(precision)) + ", chunks of " + std::to_string(chunk_rows) + " rows");
+      ExecutionContext gpu(kGpu, 0, 1);
+      gpu.options().precision = precision;
+      ContextBinding bind(gpu);
+      auto run = [&] {
+        autograd::Variable xg(x.to(kGpu), true), wg(w.to(kGpu), true);
+        const autograd::LinearCrossEntropyOptions o{
+            .label_smoothing = 0.1f, .divisor = 300, .chunk_elements = chunk_rows * 1000};
+        autograd::Variable loss = autograd::linear_cross_entropy_loss(gpu, xg, wg, labels.to(kGpu), o);
+        loss.backward(&gpu);
+        return std::vector<Tensor>{loss.value(), xg.grad(), wg.grad()};
+      };
+      const std::vector<Tensor> got = run(), again = run();
+      const double tolerance = precision == Precision::kBf16 ? 2e-2 : 1e-5;
+      EXPECT_LT(scaled_error(got[0], want.value()), tolerance) << "loss";
+      EXPECT_LT(scaled_error(got[1], xc.grad()), tolerance) << "dx";
+      EXPECT_LT(scaled_error(got[2], wc.grad()), tolerance) << "dw";
+      for (size_t i = 0; i < got.size(); ++i) {
+        const std::vector<float> a = got[i].to(Device::cpu()).to_vector(), b = again[i].to(Device::cpu()).to_vector();
+        EXPECT_EQ(a, b) << "output " << i << " differs between two runs";
+      }
+    }
+  }
 }
 
 // The plugin counts every time the host waits for the GPU (tandem_cuda_host_synchronizations): a
@@ -168,7 +222,7 @@ TEST(TransformerGpu, ASteadyGptStepNeverMakesTheHostWait) {
   autograd::Variable loss;
   auto step = [&] {
     opt->zero_grad();
-    loss = autograd::cross_entropy_loss(gpu, model->forward(gpu, autograd::Variable(x)), labels, 0.0f, 4 * 128);
+    loss = fused_gpt_loss(gpu, *model, x, labels, 4 * 128, 200);  // three chunks, as the trainer's GPT-2
     loss.backward(&gpu);
     opt->step(gpu);
   };

@@ -11,6 +11,7 @@
 
 #include "engine/autograd/ops.h"
 #include "engine/backend/ops.h"
+#include "engine/nn/linear_head.h"
 #include "engine/train/language_task.h"
 #include "tests/train/trainer_fixture.h"
 
@@ -132,6 +133,40 @@ TEST(LanguageModelingTask, TrainingLossAppliesLabelSmoothing) {
       autograd::cross_entropy_loss(ctx, logits, targets, 0.1f, 4 * (kWindow - 1)).value().to_vector()[0];
   EXPECT_NE(loss_with(0.1f), loss_with(0.0f));
   EXPECT_NEAR(loss_with(0.1f), reference, 1e-6 * std::fabs(reference));
+}
+
+
+// The GPT ends in a linear head, so the task runs it fused with the loss (the logits never exist
+// whole): on the CPU, one chunk holds these 32 tokens, and the loss and every gradient are the
+// unfused forward's bit for bit.
+TEST(LanguageModelingTask, TheGptHeadRunsFusedWithTheLossAndGivesTheUnfusedGradients) {
+  const ModelConfig m{.name = "gpt", .block_size = 16, .vocab_size = 256, .n_layer = 1, .n_head = 2, .n_embd = 16};
+  auto model = models::create_model(m);
+  ASSERT_NE(dynamic_cast<nn::LinearHead*>(model.get()), nullptr);
+  ExecutionContext ctx(Device::cpu(), 1);
+  TokenSource source(0, 1, 4);
+  source.start_epoch(0);
+  Batch batch;
+  ASSERT_TRUE(source.next(batch));
+  LanguageModeling task(m, 0.1f);
+  Tensor sums = Tensor::zeros({2});
+  const Tensor one = Tensor::from_vector({1.0f}, Shape{});
+  TaskStep step{ctx, 4, sums, one};
+  autograd::Variable fused = task.train_step(step, *model, batch);
+  fused.backward(&ctx);
+  std::vector<std::vector<float>> fused_grads;
+  for (auto& [name, p] : model->named_parameters()) fused_grads.push_back(p.grad().to_vector());
+  model->zero_grad();
+
+  const Tensor tokens = batch.at(kTokens);
+  autograd::Variable logits = model->forward(ctx, autograd::Variable(backend::narrow(ctx, tokens, 1, 0, kWindow - 1)));
+  const Tensor targets = backend::narrow(ctx, tokens, 1, 1, kWindow - 1);
+  autograd::Variable unfused = autograd::cross_entropy_loss(ctx, logits, targets, 0.1f, 4 * (kWindow - 1));
+  unfused.backward(&ctx);
+  EXPECT_EQ(fused.value().to_vector(), unfused.value().to_vector());
+  size_t i = 0;
+  for (auto& [name, p] : model->named_parameters()) EXPECT_EQ(fused_grads[i++], p.grad().to_vector()) << name;
+  EXPECT_EQ(i, fused_grads.size());
 }
 
 }  // namespace
