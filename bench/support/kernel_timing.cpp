@@ -91,6 +91,7 @@ void install_timed_kernels(DeviceType type, int64_t batch, std::function<void()>
   TANDEM_TIME_KERNEL(linear_forward);
   TANDEM_TIME_KERNEL(linear_backward_data);
   TANDEM_TIME_KERNEL(linear_backward_weights);
+  TANDEM_TIME_KERNEL(linear_backward_weights_add);
   TANDEM_TIME_KERNEL(add);
   TANDEM_TIME_KERNEL(add_relu);
   TANDEM_TIME_KERNEL(mul);
@@ -101,6 +102,7 @@ void install_timed_kernels(DeviceType type, int64_t batch, std::function<void()>
   TANDEM_TIME_KERNEL(broadcast_scalar);
   TANDEM_TIME_KERNEL(softmax_cross_entropy_forward);
   TANDEM_TIME_KERNEL(softmax_cross_entropy_backward);
+  TANDEM_TIME_KERNEL(softmax_cross_entropy_inplace);
   TANDEM_TIME_KERNEL(accumulate_classification_stats);
   TANDEM_TIME_KERNEL(dropout_forward);
   TANDEM_TIME_KERNEL(dropout_backward);

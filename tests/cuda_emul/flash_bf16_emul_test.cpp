@@ -227,6 +227,11 @@ std::vector<Problem> f32_problems() {
   for (const Problem& p : kProblems) {
     if (backend::cuda::flash_f32_head_size(p.d)) out.push_back(p);  // head sizes up to 64
   }
+  // The f32 kernels' other head sizes: 48 (two threads per backward row, as 64) and 32 and 16 (one).
+  for (const Problem& p : {Problem{2, 2, 70, 70, 48, true, 0.2f, false}, Problem{2, 2, 40, 100, 48, true, 0.0f, false},
+                           Problem{2, 2, 70, 70, 32, false, 0.0f, true}, Problem{2, 2, 33, 33, 16, true, 0.2f, false}}) {
+    out.push_back(p);
+  }
   return out;
 }
 
