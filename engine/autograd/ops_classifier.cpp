@@ -57,8 +57,8 @@ FusedResult run_chunks(ExecutionContext& ctx, const Problem& p, const Tensor& x,
   const float scale = 1.0f / static_cast<float>(o.divisor);  // the bits cross_entropy_loss's scale uses
   FusedResult r{Tensor::empty({p.rows}, DType::kF32, ctx.device()), Tensor(), Tensor()};
   if (need_dx) r.dx = Tensor::empty({p.rows, p.features}, DType::kF32, ctx.device());
-  // x and w rounded once for every chunk's three products (the unfused layer rounds w per product).
-  const Tensor xo = backend::bf16_operand(ctx, x), wo = backend::bf16_operand(ctx, w);
+  // x rounded once for every chunk's three products, w read from its bf16 shadow (backend::bf16_weight).
+  const Tensor xo = backend::bf16_operand(ctx, x), wo = backend::bf16_weight(ctx, w);
   for (int64_t begin = 0; begin < p.rows; begin += chunk) {
     const int64_t n = std::min(chunk, p.rows - begin);
     const Tensor xc = row_window(xo, begin, n);

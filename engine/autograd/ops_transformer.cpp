@@ -51,10 +51,11 @@ Variable matmul(ExecutionContext& ctx, const Variable& a, const Variable& b) {
 namespace {
 
 // Under bf16 autocast (where the device takes bf16 operands) x and dy are rounded once for the
-// layer's passes, as a convolution's are; x's bf16 copy is what the weight gradient keeps.
+// layer's passes, as a convolution's are; x's bf16 copy is what the weight gradient keeps. The
+// weight's bf16 shadow serves both of its products (rounded by the optimizer's last update).
 Variable linear_2d(ExecutionContext& ctx, const Variable& x, const Variable& w, const Variable& b) {
   Tensor bias = b.defined() ? b.value() : Tensor();
-  Tensor xv = backend::bf16_operand(ctx, x.value()), wv = w.value();
+  Tensor xv = backend::bf16_operand(ctx, x.value()), wv = backend::bf16_weight(ctx, w.value());
   Tensor y = backend::linear_forward(ctx, xv, wv, bias);
   std::vector<Variable> inputs{x, w};
   if (b.defined()) inputs.push_back(b);

@@ -139,9 +139,12 @@ struct KernelTable {
 
   // Optimizer updates over many parameters in one call (one launch on a GPU), in place.
   // w[i], dw[i], and the state tensors [i] have equal shapes; v may be empty when momentum is 0.
-  void (*sgd_update)(Ctx&, const SgdParams&, const Tensor* w, const Tensor* dw, const Tensor* v, size_t count) = nullptr;
+  // w16: null, or count entries, each undefined or a bf16 tensor of w[i]'s shape and format that
+  // receives the updated w[i] rounded to nearest even (its bf16 shadow: the bits of to_bf16).
+  void (*sgd_update)(Ctx&, const SgdParams&, const Tensor* w, const Tensor* dw, const Tensor* v, const Tensor* w16,
+                     size_t count) = nullptr;
   void (*adamw_update)(Ctx&, const AdamWParams&, const Tensor* w, const Tensor* dw, const Tensor* m, const Tensor* v,
-                       size_t count) = nullptr;
+                       const Tensor* w16, size_t count) = nullptr;
   // () y = sum over the tensors of the sum of their squared elements (for clipping by global norm).
   void (*squared_norm)(Ctx&, const Tensor* x, size_t count, Tensor& y) = nullptr;
   // Scales every x in place by clip_factor(squared_norm, max_norm) (optim_math.h) when the norm

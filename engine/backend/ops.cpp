@@ -57,6 +57,27 @@ Tensor bf16_operand(Ctx& ctx, const Tensor& x) {
   return y;
 }
 
+Tensor bf16_weight(Ctx& ctx, const Tensor& w) {
+  if (ctx.options().precision != Precision::kBf16 || table(ctx).to_bf16 == nullptr || w.dtype() == DType::kBF16) {
+    return w;
+  }
+  check_tensor("bf16_weight", "w", w, ctx, DType::kF32, -1, "");
+  // A view of the storage with another shape (a reshape) sees the shadow with its own shape.
+  Tensor shadow = w.bf16_shadow();
+  if (shadow.defined() && (shadow.shape() != w.shape() || shadow.format() != w.format())) {
+    const bool reshapeable = shadow.numel() == w.numel() && shadow.format() == MemoryFormat::kContiguous &&
+                             w.format() == MemoryFormat::kContiguous;
+    shadow = reshapeable ? shadow.reshape(w.shape()) : Tensor();
+  }
+  if (shadow.defined() && w.bf16_shadow_current()) return shadow;
+  // Stale (the weight was written since): its memory is rounded into again.
+  if (!shadow.defined()) shadow = Tensor::empty(w.shape(), DType::kBF16, ctx.device(), w.format());
+  table(ctx).to_bf16(ctx, w, shadow);
+  shadow.bump_version();
+  w.set_bf16_shadow(shadow);
+  return shadow;
+}
+
 namespace {
 
 void check_conversion(std::string_view op, const Ctx& ctx, const Tensor& x, DType from, const Tensor& y, DType to) {

@@ -20,6 +20,10 @@ Shape pool2d_output_shape(const Pool2dParams& p, const Shape& x);
 // operand once.
 // Otherwise x itself (the device rounds inside each product).
 Tensor bf16_operand(Ctx&, const Tensor& x);
+// bf16_operand of a weight that stays the same for many calls: its bf16 shadow (Tensor::bf16_shadow),
+// rounded here only when the weight was written since (the optimizer keeps it current in its update
+// kernel, so a training step rounds no weight). The same bits as bf16_operand(w).
+Tensor bf16_weight(Ctx&, const Tensor& w);
 // In any precision, into tensors of x's shape, format and device: y (bf16) = x (f32) rounded to
 // nearest even, and y (f32) = x (bf16) widened, exactly (gradients all-reduced in bf16).
 void round_to_bf16(Ctx&, const Tensor& x, Tensor& y);
@@ -136,10 +140,11 @@ Tensor dropout_backward(Ctx&, const Tensor& dy, const Tensor& mask, float p);
 
 // Optimizer updates, in place on w and the state tensors (ops_optim.cpp). Tensors are handles:
 // the vectors share storage with the parameters they name.
+// w16: empty, or per parameter an undefined tensor or its bf16 shadow to rewrite in the same pass.
 void sgd_update(Ctx&, const SgdParams&, const std::vector<Tensor>& w, const std::vector<Tensor>& dw,
-                const std::vector<Tensor>& v);
+                const std::vector<Tensor>& v, const std::vector<Tensor>& w16 = {});
 void adamw_update(Ctx&, const AdamWParams&, const std::vector<Tensor>& w, const std::vector<Tensor>& dw,
-                  const std::vector<Tensor>& m, const std::vector<Tensor>& v);
+                  const std::vector<Tensor>& m, const std::vector<Tensor>& v, const std::vector<Tensor>& w16 = {});
 // [] f32 on the context's device: the sum of squares of every element of every tensor.
 Tensor squared_norm(Ctx&, const std::vector<Tensor>& x);
 // sqrt of squared_norm, read back to the host.

@@ -169,6 +169,7 @@ void axpy(Ctx& ctx, float alpha, const Tensor& x, Tensor& y) {
 void fill(Ctx& ctx, float value, Tensor& y) {
   check_f32("fill", "y", y, ctx);
   entry(table(ctx).fill, "fill", ctx)(ctx, value, y);
+  y.bump_version();  // a parameter filled in place (an init) must not keep a stale bf16 shadow
 }
 
 Tensor sum(Ctx& ctx, const Tensor& x) {

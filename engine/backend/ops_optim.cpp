@@ -26,6 +26,21 @@ void check_list(std::string_view op, std::string_view name, const std::vector<Te
   }
 }
 
+// Empty, or one per parameter: undefined, or a bf16 tensor of w's shape, format and device.
+void check_shadows(std::string_view op, const std::vector<Tensor>& w, const std::vector<Tensor>& w16, Device device) {
+  if (w16.empty()) return;
+  TANDEM_CHECK(w16.size() == w.size(), ErrorCode::kInvalidArgument, "{}: w16 has {} tensors but w has {}", op,
+               w16.size(), w.size());
+  for (size_t i = 0; i < w.size(); ++i) {
+    if (!w16[i].defined()) continue;
+    TANDEM_CHECK(w16[i].dtype() == DType::kBF16 && w16[i].shape() == w[i].shape() &&
+                     w16[i].format() == w[i].format() && w16[i].device() == device,
+                 ErrorCode::kInvalidArgument, "{}: w16[{}] is {} ({}) but must be the bf16 shadow of w[{}], {} ({})",
+                 op, i, w16[i].describe(), memory_format_name(w16[i].format()), i, w[i].describe(),
+                 memory_format_name(w[i].format()));
+  }
+}
+
 template <typename Fn>
 Fn entry(Fn fn, std::string_view op, Device device) {
   TANDEM_CHECK(fn != nullptr, ErrorCode::kUnimplemented, "{} is not implemented on {}", op, device.str());
@@ -35,23 +50,25 @@ Fn entry(Fn fn, std::string_view op, Device device) {
 }  // namespace
 
 void sgd_update(Ctx& ctx, const SgdParams& p, const std::vector<Tensor>& w, const std::vector<Tensor>& dw,
-                const std::vector<Tensor>& v) {
+                const std::vector<Tensor>& v, const std::vector<Tensor>& w16) {
   check_list("sgd_update", "w", w, w, ctx.device());
   check_list("sgd_update", "dw", w, dw, ctx.device());
   if (p.momentum != 0.0f) check_list("sgd_update", "momentum buffer", w, v, ctx.device());
+  check_shadows("sgd_update", w, w16, ctx.device());
   auto fn = entry(kernels_for(ctx.device().type).sgd_update, "sgd_update", ctx.device());
-  fn(ctx, p, w.data(), dw.data(), v.empty() ? nullptr : v.data(), w.size());
+  fn(ctx, p, w.data(), dw.data(), v.empty() ? nullptr : v.data(), w16.empty() ? nullptr : w16.data(), w.size());
 }
 
 void adamw_update(Ctx& ctx, const AdamWParams& p, const std::vector<Tensor>& w, const std::vector<Tensor>& dw,
-                  const std::vector<Tensor>& m, const std::vector<Tensor>& v) {
+                  const std::vector<Tensor>& m, const std::vector<Tensor>& v, const std::vector<Tensor>& w16) {
   TANDEM_CHECK(p.step >= 1, ErrorCode::kInvalidArgument, "adamw_update: step must be 1-based, got {}", p.step);
   check_list("adamw_update", "w", w, w, ctx.device());
   check_list("adamw_update", "dw", w, dw, ctx.device());
   check_list("adamw_update", "m", w, m, ctx.device());
   check_list("adamw_update", "v", w, v, ctx.device());
+  check_shadows("adamw_update", w, w16, ctx.device());
   auto fn = entry(kernels_for(ctx.device().type).adamw_update, "adamw_update", ctx.device());
-  fn(ctx, p, w.data(), dw.data(), m.data(), v.data(), w.size());
+  fn(ctx, p, w.data(), dw.data(), m.data(), v.data(), w16.empty() ? nullptr : w16.data(), w.size());
 }
 
 Tensor squared_norm(Ctx& ctx, const std::vector<Tensor>& x) {

@@ -19,6 +19,12 @@ void Storage::record_stream(Stream& stream) {
   if (allocator_ != nullptr) allocator_->record_stream(data_, stream);
 }
 
+void Storage::set_bf16_shadow(const Tensor& shadow, uint64_t version) {
+  if (!shadow_) shadow_ = std::make_unique<Tensor>();
+  *shadow_ = shadow;
+  shadow_version_ = version;
+}
+
 Storage::~Storage() {
   if (allocator_ != nullptr) allocator_->deallocate(data_, bytes_);
 }
@@ -36,6 +42,25 @@ size_t nhwc_index(const Shape& s, int64_t n, int64_t c, int64_t h, int64_t w) {
 }
 
 }  // namespace
+
+Tensor Tensor::bf16_shadow() const {
+  const Tensor* shadow = storage_ ? storage_->bf16_shadow() : nullptr;
+  return shadow != nullptr ? *shadow : Tensor();
+}
+
+bool Tensor::bf16_shadow_current() const {
+  return storage_ && storage_->bf16_shadow() != nullptr && storage_->bf16_shadow_version() == storage_->version();
+}
+
+void Tensor::set_bf16_shadow(const Tensor& shadow) const {
+  TANDEM_CHECK(defined() && dtype_ == DType::kF32 && shadow.defined() && shadow.dtype() == DType::kBF16 &&
+                   shadow.shape() == shape_ && shadow.format() == format_ && shadow.device() == device() &&
+                   !shadow.shares_storage_with(*this),
+               ErrorCode::kInvalidArgument, "set_bf16_shadow: {} cannot shadow {} (bf16, same shape, format and device)",
+               shadow.defined() ? shadow.describe() : std::string("undefined"),
+               defined() ? describe() : std::string("undefined"));
+  storage_->set_bf16_shadow(shadow, storage_->version());
+}
 
 bool Tensor::owns_storage_alone() const {
   return storage_ != nullptr && storage_.use_count() == 1 && !storage_->borrowed();

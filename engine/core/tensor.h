@@ -18,6 +18,7 @@
 namespace tandem {
 
 class CachingAllocator;
+class Tensor;
 
 enum class MemoryFormat : uint8_t {
   kContiguous,  // row-major in the order of the shape (NCHW for 4-D)
@@ -44,9 +45,16 @@ class Storage {
   // Counts in-place writes (Tensor::bump_version), as PyTorch's version counter does.
   uint64_t version() const { return version_.load(std::memory_order_relaxed); }
   void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
+  // The bf16 shadow (Tensor::bf16_shadow): a rounded copy of these f32 values, and the version it
+  // was rounded at. Used by the thread that owns the tensor (a replica's parameters), unlocked.
+  const Tensor* bf16_shadow() const { return shadow_.get(); }
+  uint64_t bf16_shadow_version() const { return shadow_version_; }
+  void set_bf16_shadow(const Tensor& shadow, uint64_t version);
 
  private:
   std::atomic<uint64_t> version_{0};
+  std::unique_ptr<Tensor> shadow_;
+  uint64_t shadow_version_ = 0;
   CachingAllocator* allocator_ = nullptr;
   void* data_ = nullptr;
   size_t bytes_ = 0;
@@ -117,6 +125,17 @@ class Tensor {
   void bump_version() const {
     if (storage_) storage_->bump_version();
   }
+  // The bf16 shadow of an f32 weight: its copy rounded to bf16, kept with the storage so that the
+  // products of precision: bf16 read it rather than round the weight on every call. The forward
+  // makes it (backend::bf16_weight) and the optimizer rewrites it in its update kernel. It is
+  // current while the storage's version is the one it was rounded at: copy_from, zero_, fill, an
+  // optimizer step or a broadcast move the version on, and the next bf16_weight rounds again.
+  // (Writes through data<T>() bypass the count, as writes to PyTorch's .data do: call bump_version.)
+  // Undefined when none was attached.
+  Tensor bf16_shadow() const;
+  bool bf16_shadow_current() const;
+  // Attaches `shadow` (bf16, this tensor's shape and format) as rounded from the present values.
+  void set_bf16_shadow(const Tensor& shadow) const;
   // No other tensor (no view, no copy of this handle) sees this memory, and it is ours, not
   // borrowed: writing into it in place cannot change a value anybody else holds.
   bool owns_storage_alone() const;

@@ -43,6 +43,8 @@ void broadcast_parameters(Communicator& comm, nn::Module& module, int root) {
     handles.push_back(comm.broadcast_async(t, root));
   }
   for (auto& h : handles) h.wait();
+  // Written in place: a bf16 shadow rounded from the values before is stale now (Tensor::bf16_shadow).
+  for (auto& [name, t] : state) t.bump_version();
 }
 
 uint64_t tensor_checksum(const Tensor& x) {

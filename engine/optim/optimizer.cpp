@@ -39,6 +39,17 @@ Optimizer::Optimizer(NamedParameters params, OptimizerOptions options, std::vect
   }
 }
 
+namespace {
+
+// The bf16 shadow the update kernel can rewrite: one laid out as the parameter (a shadow made for a
+// reshaped view is left to go stale and be rounded again by its next forward).
+Tensor rewritable_shadow(const Tensor& w) {
+  Tensor shadow = w.bf16_shadow();
+  return shadow.defined() && shadow.shape() == w.shape() && shadow.format() == w.format() ? shadow : Tensor();
+}
+
+}  // namespace
+
 void Optimizer::ensure_state() {
   if (!state_.empty() || state_names_.empty()) return;
   for (auto& [name, p] : params_) {
@@ -71,8 +82,9 @@ void Optimizer::finish_step() { ++steps_; }
 void Optimizer::update_members(ExecutionContext& ctx, const std::function<bool(size_t)>& chosen) {
   ensure_state();
   for (const Group& g : groups_) {
-    std::vector<Tensor> w, dw;
+    std::vector<Tensor> w, dw, w16;
     std::vector<std::vector<Tensor>> state(state_names_.size());
+    bool any_shadow = false;
     for (size_t i : g.members) {
       if (!chosen(i)) continue;
       auto& [name, p] = params_[i];
@@ -81,9 +93,18 @@ void Optimizer::update_members(ExecutionContext& ctx, const std::function<bool(s
       w.push_back(p.value());
       dw.push_back(p.grad());
       for (size_t k = 0; k < state_names_.size(); ++k) state[k].push_back(state_[i][k]);
+      w16.push_back(rewritable_shadow(p.value()));
+      any_shadow = any_shadow || w16.back().defined();
     }
-    if (!w.empty()) update(ctx, g.weight_decay, w, dw, state);
-    for (const Tensor& t : w) t.bump_version();  // a graph recorded before this step can no longer backward
+    if (!any_shadow) w16.clear();
+    if (!w.empty()) update(ctx, g.weight_decay, w, dw, state, w16);
+    for (size_t j = 0; j < w.size(); ++j) {
+      w[j].bump_version();  // a graph recorded before this step can no longer backward
+      if (any_shadow && w16[j].defined()) {
+        w16[j].bump_version();
+        w[j].set_bf16_shadow(w16[j]);  // rounded from the values just written: current
+      }
+    }
   }
 }
 

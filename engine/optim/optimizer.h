@@ -1,6 +1,8 @@
 // Optimizers over a model's named parameters: SGD (momentum, Nesterov) and AdamW, with weight
 // decay that can skip BatchNorm and bias parameters, fused updates of all parameters at once,
 // and state exposed by name for checkpoints ("<param>.momentum_buffer", "<param>.exp_avg", ...).
+// A parameter with a bf16 shadow (Tensor::bf16_shadow, made by the first bf16 forward) gets it
+// rewritten by the update kernel, so the next forward rounds no weight.
 #pragma once
 
 #include <functional>
@@ -60,9 +62,11 @@ class Optimizer {
 
  protected:
   Optimizer(NamedParameters params, OptimizerOptions options, std::vector<std::string> state_names);
-  // Updates one weight-decay group; state[k] holds the k-th state tensor of each parameter.
+  // Updates one weight-decay group; state[k] holds the k-th state tensor of each parameter. w16:
+  // empty, or per parameter its bf16 shadow to rewrite in the same kernel (or an undefined tensor).
   virtual void update(ExecutionContext& ctx, float weight_decay, const std::vector<Tensor>& w,
-                      const std::vector<Tensor>& dw, const std::vector<std::vector<Tensor>>& state) = 0;
+                      const std::vector<Tensor>& dw, const std::vector<std::vector<Tensor>>& state,
+                      const std::vector<Tensor>& w16) = 0;
 
   OptimizerOptions options_;
   int64_t steps_ = 0;

@@ -19,7 +19,7 @@ class Sgd final : public Optimizer {
 
  private:
   void update(ExecutionContext& ctx, float weight_decay, const std::vector<Tensor>& w, const std::vector<Tensor>& dw,
-              const std::vector<std::vector<Tensor>>& state) override {
+              const std::vector<std::vector<Tensor>>& state, const std::vector<Tensor>& w16) override {
     backend::SgdParams p;
     p.lr = options_.lr;
     p.momentum = options_.momentum;
@@ -27,7 +27,7 @@ class Sgd final : public Optimizer {
     p.weight_decay = weight_decay;
     p.nesterov = options_.nesterov;
     p.first_step = steps_ == 0;
-    backend::sgd_update(ctx, p, w, dw, state.empty() ? std::vector<Tensor>{} : state[0]);
+    backend::sgd_update(ctx, p, w, dw, state.empty() ? std::vector<Tensor>{} : state[0], w16);
   }
 };
 
@@ -42,7 +42,7 @@ class AdamW final : public Optimizer {
 
  private:
   void update(ExecutionContext& ctx, float weight_decay, const std::vector<Tensor>& w, const std::vector<Tensor>& dw,
-              const std::vector<std::vector<Tensor>>& state) override {
+              const std::vector<std::vector<Tensor>>& state, const std::vector<Tensor>& w16) override {
     backend::AdamWParams p;
     p.lr = options_.lr;
     p.beta1 = options_.beta1;
@@ -50,7 +50,7 @@ class AdamW final : public Optimizer {
     p.eps = options_.eps;
     p.weight_decay = weight_decay;
     p.step = steps_ + 1;
-    backend::adamw_update(ctx, p, w, dw, state[0], state[1]);
+    backend::adamw_update(ctx, p, w, dw, state[0], state[1], w16);
   }
 };
 

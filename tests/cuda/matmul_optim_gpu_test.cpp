@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -291,6 +292,55 @@ TEST(OptimizerGpu, AdamWOver37OddTensorsMatchesCpu) {
 TEST(OptimizerGpu, AdamWOverMoreTensorsThanOneLaunchPacksMatchesCpu) {
   TANDEM_REQUIRE_GPU();
   run_adamw(many_small_shapes(250));
+}
+
+// Bf16 shadows on every other tensor (null entries between them in the pack): after each update a
+// shadow holds the bits of rounding its updated weight afresh (round_to_bf16 on the same GPU), and
+// the weights are bitwise those of the same update without shadows.
+std::vector<uint16_t> bf16_bits(const Tensor& t) {
+  Tensor host = t.to(Device::cpu());
+  std::vector<uint16_t> out(static_cast<size_t>(host.numel()));
+  std::memcpy(out.data(), host.raw_data(), out.size() * sizeof(uint16_t));
+  return out;
+}
+
+void expect_fresh_shadows(ExecutionContext& gpu, const std::vector<Tensor>& gw, const std::vector<Tensor>& shadows) {
+  for (size_t i = 0; i < gw.size(); ++i) {
+    if (!shadows[i].defined()) continue;
+    Tensor fresh = Tensor::empty(gw[i].shape(), DType::kBF16, kGpu, gw[i].format());
+    round_to_bf16(gpu, gw[i], fresh);
+    EXPECT_EQ(bf16_bits(shadows[i]), bf16_bits(fresh)) << "shadow of w[" << i << "] " << gw[i].describe();
+  }
+}
+
+void run_shadowed_updates(const std::vector<ParamShape>& shapes) {
+  Contexts c;
+  std::vector<Tensor> w = to_gpu(random_list(shapes, 1000)), plain, shadows, m, v, pm, pv;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    plain.push_back(w[i].clone());
+    shadows.push_back(i % 2 == 0 ? Tensor::empty(shapes[i].shape, DType::kBF16, kGpu, shapes[i].format) : Tensor());
+    for (auto* list : {&m, &v, &pm, &pv}) list->push_back(Tensor::zeros(shapes[i].shape, DType::kF32, kGpu, shapes[i].format));
+  }
+  for (int64_t step = 1; step <= 2; ++step) {
+    SCOPED_TRACE("adamw step " + std::to_string(step));
+    std::vector<Tensor> dw = to_gpu(random_list(shapes, 3000 + 100 * static_cast<uint64_t>(step)));
+    AdamWParams p{.lr = 1e-2f, .weight_decay = 0.1f, .step = step};
+    adamw_update(c.gpu, p, w, dw, m, v, shadows);
+    adamw_update(c.gpu, p, plain, dw, pm, pv);
+    expect_fresh_shadows(c.gpu, w, shadows);
+  }
+  SgdParams sp{.lr = 0.05f, .momentum = 0.9f, .weight_decay = 1e-3f, .nesterov = true, .first_step = true};
+  std::vector<Tensor> dw = to_gpu(random_list(shapes, 5000));
+  sgd_update(c.gpu, sp, w, dw, m, shadows);
+  sgd_update(c.gpu, sp, plain, dw, pm);
+  expect_fresh_shadows(c.gpu, w, shadows);
+  for (size_t i = 0; i < w.size(); ++i) EXPECT_EQ(values(w[i]), values(plain[i])) << "w[" << i << "]";
+}
+
+TEST(OptimizerGpu, SgdAndAdamWWriteEachBf16ShadowAsAFreshRoundingOfTheUpdatedWeight) {
+  TANDEM_REQUIRE_GPU();
+  run_shadowed_updates(odd_shapes());
+  run_shadowed_updates(many_small_shapes(250));
 }
 
 TEST(OptimizerGpu, SquaredNormMatchesCpuAndIsBitwiseRepeatable) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "engine/backend/ops.h"
 #include "engine/distribute/cpu_communicator.h"
 #include "engine/distribute/replica_sync.h"
 #include "engine/nn/init.h"
@@ -53,6 +54,34 @@ TEST(ReplicaSync, BroadcastMakesEveryReplicaEqualToReplicaZero) {
   }));
   for (int r = 0; r < ranks; ++r) EXPECT_EQ(parameter_checksums(*models[static_cast<size_t>(r)]), root_sums);
   EXPECT_EQ(root_sums.back().first, "1.num_batches_tracked");  // buffers follow the parameters
+}
+
+// A bf16 shadow rounded from a replica's own initial weights must not outlive the broadcast that
+// replaces them (backend::bf16_weight would otherwise hand replica 1 its old weights in bf16).
+TEST(ReplicaSync, BroadcastMakesTheBf16ShadowsOfTheReplicasStale) {
+  const int ranks = 2;
+  auto models = different_replicas(ranks);
+  KernelOptions bf16;
+  bf16.precision = Precision::kBf16;
+  ExecutionContext ctx(Device::cpu(), 1, 0, bf16);
+  std::vector<Tensor> weights;
+  for (auto& m : models) {
+    for (auto& [name, p] : m->named_parameters()) {
+      if (name == "3.weight") weights.push_back(p.value());
+    }
+    ASSERT_EQ(weights.size(), static_cast<size_t>(&m - &models[0] + 1));
+    backend::bf16_weight(ctx, weights.back());
+    ASSERT_TRUE(weights.back().bf16_shadow_current());
+  }
+  CpuCommunicatorGroup group(ranks, CommunicatorOptions{20s});
+  expect_no_errors(run_ranks(ranks, [&](int r) {
+    broadcast_parameters(group.communicator(r), *models[static_cast<size_t>(r)]);
+  }));
+  EXPECT_FALSE(weights[1].bf16_shadow_current());
+  Tensor widened1 = Tensor::empty(weights[1].shape()), widened0 = Tensor::empty(weights[0].shape());
+  backend::widen_from_bf16(ctx, backend::bf16_weight(ctx, weights[1]), widened1);
+  backend::widen_from_bf16(ctx, backend::bf16_weight(ctx, weights[0]), widened0);
+  EXPECT_EQ(widened1.to_vector(), widened0.to_vector());
 }
 
 TEST(ReplicaSync, ChecksumCatchesOneBitAndNamesTheTensor) {

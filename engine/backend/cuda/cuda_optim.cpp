@@ -24,8 +24,16 @@ float* mutable_f32(const Tensor& t) { return static_cast<float*>(t.raw_data()); 
 
 std::vector<MultiTensorEntry>& entries_of(CudaContext& cc, size_t count) {
   auto& entries = cc.state<OptimScratch>().entries;
-  entries.assign(count, MultiTensorEntry{{nullptr, nullptr, nullptr, nullptr}, 0});
+  entries.assign(count, MultiTensorEntry{{nullptr, nullptr, nullptr, nullptr}, nullptr, 0});
   return entries;
+}
+
+void* shadow_of(const Tensor* w16, size_t i) { return w16 != nullptr && w16[i].defined() ? w16[i].raw_data() : nullptr; }
+
+size_t shadow_count(const Tensor* w16, size_t count) {
+  size_t n = 0;
+  for (size_t i = 0; w16 != nullptr && i < count; ++i) n += w16[i].defined() ? 1 : 0;
+  return n;
 }
 
 int64_t total_elements(const Tensor* x, size_t count) {
@@ -36,28 +44,33 @@ int64_t total_elements(const Tensor* x, size_t count) {
 
 }  // namespace
 
-void sgd_update(Ctx& ctx, const SgdParams& p, const Tensor* w, const Tensor* dw, const Tensor* v, size_t count) {
+void sgd_update(Ctx& ctx, const SgdParams& p, const Tensor* w, const Tensor* dw, const Tensor* v, const Tensor* w16,
+                size_t count) {
   CudaContext& cc = tandem::cuda::cuda_context(ctx);
   const SgdStep step = sgd_step_for(p);
   auto& entries = entries_of(cc, count);
   for (size_t i = 0; i < count; ++i) {
     entries[i] = {{mutable_f32(w[i]), mutable_f32(dw[i]), step.use_momentum ? mutable_f32(v[i]) : nullptr, nullptr},
+                  shadow_of(w16, i),
                   w[i].numel()};
   }
   TANDEM_CUDA_CHECK(detail::launch_sgd(step, entries.data(), count, cc.stream()),
-                    "op=sgd_update tensors={} elements={} momentum={} nesterov={} first_step={}", count,
-                    total_elements(w, count), p.momentum, p.nesterov, p.first_step);
+                    "op=sgd_update tensors={} elements={} bf16_shadows={} momentum={} nesterov={} first_step={}",
+                    count, total_elements(w, count), shadow_count(w16, count), p.momentum, p.nesterov, p.first_step);
 }
 
 void adamw_update(Ctx& ctx, const AdamWParams& p, const Tensor* w, const Tensor* dw, const Tensor* m, const Tensor* v,
-                  size_t count) {
+                  const Tensor* w16, size_t count) {
   CudaContext& cc = tandem::cuda::cuda_context(ctx);
   auto& entries = entries_of(cc, count);
   for (size_t i = 0; i < count; ++i) {
-    entries[i] = {{mutable_f32(w[i]), mutable_f32(dw[i]), mutable_f32(m[i]), mutable_f32(v[i])}, w[i].numel()};
+    entries[i] = {{mutable_f32(w[i]), mutable_f32(dw[i]), mutable_f32(m[i]), mutable_f32(v[i])},
+                  shadow_of(w16, i),
+                  w[i].numel()};
   }
   TANDEM_CUDA_CHECK(detail::launch_adamw(adamw_step_for(p), entries.data(), count, cc.stream()),
-                    "op=adamw_update tensors={} elements={} step={}", count, total_elements(w, count), p.step);
+                    "op=adamw_update tensors={} elements={} bf16_shadows={} step={}", count, total_elements(w, count),
+                    shadow_count(w16, count), p.step);
 }
 
 void squared_norm(Ctx& ctx, const Tensor* x, size_t count, Tensor& y) {
@@ -65,7 +78,7 @@ void squared_norm(Ctx& ctx, const Tensor* x, size_t count, Tensor& y) {
   auto& entries = entries_of(cc, count);
   int64_t blocks = 0;
   for (size_t i = 0; i < count; ++i) {
-    entries[i] = {{mutable_f32(x[i]), nullptr, nullptr, nullptr}, x[i].numel()};
+    entries[i] = {{mutable_f32(x[i]), nullptr, nullptr, nullptr}, nullptr, x[i].numel()};
     blocks += detail::multi_tensor_blocks(x[i].numel());
   }
   // The per-block partial sums live in the context's workspace (stream-ordered, so reusing it is safe).
@@ -78,7 +91,7 @@ void squared_norm(Ctx& ctx, const Tensor* x, size_t count, Tensor& y) {
 void clip_by_global_norm(Ctx& ctx, const Tensor* x, size_t count, const Tensor& squared_norm, double max_norm) {
   CudaContext& cc = tandem::cuda::cuda_context(ctx);
   auto& entries = entries_of(cc, count);
-  for (size_t i = 0; i < count; ++i) entries[i] = {{mutable_f32(x[i]), nullptr, nullptr, nullptr}, x[i].numel()};
+  for (size_t i = 0; i < count; ++i) entries[i] = {{mutable_f32(x[i]), nullptr, nullptr, nullptr}, nullptr, x[i].numel()};
   TANDEM_CUDA_CHECK(detail::launch_clip_by_global_norm(entries.data(), count, squared_norm.data<float>(), max_norm,
                                                        cc.stream()),
                     "op=clip_by_global_norm tensors={} elements={} max_norm={}", count, total_elements(x, count),

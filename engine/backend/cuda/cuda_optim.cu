@@ -4,6 +4,7 @@
 // blockIdx.x and walks that tensor's chunks. All parameters of a model go in one launch, or a few
 // when there are more tensors than one struct holds. The per-element arithmetic is optim_math.h's,
 // the same functions the CPU kernels run. The kernel-table entries are in cuda_optim.cpp.
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include "engine/backend/cuda/cuda_optim_launch.h"
@@ -15,13 +16,15 @@ namespace {
 // Kernel parameters are limited to 4096 bytes; keep some room for the op's scalars.
 constexpr int kParamBudget = 4096 - 96;
 
-constexpr int max_tensors(int depth) { return (kParamBudget - 16) / (8 * depth + 8 + 4); }
+constexpr int max_tensors(int depth) { return (kParamBudget - 16) / (8 * depth + 8 + 8 + 4); }
 
-// Depth arrays per tensor: sgd {w, dw, v}, adamw {w, dw, m, v}, squared norm {x}.
+// Depth arrays per tensor: sgd {w, dw, v}, adamw {w, dw, m, v}, squared norm {x}; and w's bf16
+// shadow (null where there is none).
 template <int Depth>
 struct TensorPack {
   static constexpr int kMax = max_tensors(Depth);
   float* ptr[Depth][kMax];
+  __nv_bfloat16* shadow[kMax];
   int64_t numel[kMax];
   int32_t block_start[kMax + 1];  // tensor t owns blocks [block_start[t], block_start[t + 1])
   int32_t count;
@@ -76,8 +79,10 @@ __global__ void __launch_bounds__(kMultiTensorThreads)
     float* v = pack.ptr[2][t];
     // The buffer holds nothing before the first step: it is written, never read, then.
     float vi = step.use_momentum && !step.first_step ? v[i] : 0.0f;
-    w[i] = sgd_step_element(step, w[i], g[i], vi);
+    const float updated = sgd_step_element(step, w[i], g[i], vi);
+    w[i] = updated;
     if (step.use_momentum) v[i] = vi;
+    if (pack.shadow[t] != nullptr) pack.shadow[t][i] = __float2bfloat16_rn(updated);
   });
 }
 
@@ -91,6 +96,7 @@ __global__ void __launch_bounds__(kMultiTensorThreads)
     pack.ptr[0][t][i] = w;
     pack.ptr[2][t][i] = m;
     pack.ptr[3][t][i] = v;
+    if (pack.shadow[t] != nullptr) pack.shadow[t][i] = __float2bfloat16_rn(w);
   });
 }
 
@@ -139,6 +145,7 @@ cudaError_t for_each_pack(const MultiTensorEntry* entries, size_t count, Launch&
     const int64_t blocks = multi_tensor_blocks(entries[k].numel);
     if (blocks == 0) continue;
     for (int d = 0; d < Depth; ++d) pack.ptr[d][pack.count] = entries[k].p[d];
+    pack.shadow[pack.count] = static_cast<__nv_bfloat16*>(entries[k].shadow);
     pack.numel[pack.count] = entries[k].numel;
     pack.block_start[pack.count + 1] = pack.block_start[pack.count] + static_cast<int32_t>(blocks);
     ++pack.count;

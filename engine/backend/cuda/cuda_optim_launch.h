@@ -15,9 +15,11 @@
 namespace tandem::backend::cuda::detail {
 
 // One tensor of a multi-tensor update: up to four same-sized f32 arrays (sgd: w, dw, v;
-// adamw: w, dw, m, v; squared norm: x) of numel elements. Unused slots are null.
+// adamw: w, dw, m, v; squared norm: x) of numel elements, and (sgd, adamw) the bf16 shadow of w
+// that the update rewrites (Tensor::bf16_shadow). Unused slots are null.
 struct MultiTensorEntry {
   float* p[4];
+  void* shadow;  // __nv_bfloat16[numel], or null
   int64_t numel;
 };
 
@@ -34,9 +36,10 @@ inline int64_t multi_tensor_blocks(int64_t numel) {
   return chunks < kMaxBlocksPerTensor ? chunks : kMaxBlocksPerTensor;
 }
 
-// In place: entry.p = {w, dw, v (null without momentum), unused}.
+// In place: entry.p = {w, dw, v (null without momentum), unused}; entry.shadow, where not null,
+// receives the updated w rounded to nearest even (__float2bfloat16_rn, as cast_f32_to_bf16).
 cudaError_t launch_sgd(const SgdStep& step, const MultiTensorEntry* entries, size_t count, cudaStream_t stream);
-// In place: entry.p = {w, dw, m, v}.
+// In place: entry.p = {w, dw, m, v}; entry.shadow as launch_sgd's.
 cudaError_t launch_adamw(const AdamWStep& step, const MultiTensorEntry* entries, size_t count, cudaStream_t stream);
 // *y = sum over entries of the sum of squares of entry.p[0], accumulated in double.
 // partials: device scratch of at least max(1, sum of multi_tensor_blocks(numel)) doubles.
