@@ -3,6 +3,7 @@
 // which the backward refers to: it must outlive the graph (until backward has run).
 #pragma once
 
+#include <initializer_list>
 #include <optional>
 #include <span>
 #include <vector>
@@ -52,6 +53,12 @@ Variable scale(ExecutionContext& ctx, const Variable& x, float alpha);
 Variable sum(ExecutionContext& ctx, const Variable& x);  // shape []
 // Same elements, another shape; a channels_last input is first made contiguous.
 Variable reshape(ExecutionContext& ctx, const Variable& x, const Shape& shape);
+// torch.reshape's sizes: one of them may be -1, inferred from x's element count
+// (reshape(ctx, x, {batch, -1}); a braced list picks this overload).
+Variable reshape(ExecutionContext& ctx, const Variable& x, std::initializer_list<int64_t> sizes);
+Variable reshape(ExecutionContext& ctx, const Variable& x, std::span<const int64_t> sizes);
+// The shape `sizes` gives x's numel elements, -1 inferred; InvalidArgument with PyTorch's message.
+Shape infer_reshape(std::span<const int64_t> sizes, int64_t numel);
 Variable flatten(ExecutionContext& ctx, const Variable& x);  // (N, ...) -> (N, rest)
 Variable dropout(ExecutionContext& ctx, const Variable& x, float p);
 // (N..., K) logits, (N...) i64 labels -> (N...) per-example losses; rows labelled ignore_index

@@ -1,4 +1,8 @@
 // Differentiable ReLU, scaling, the full sum and shape changes (reshape, flatten).
+#include <fmt/ranges.h>
+
+#include <vector>
+
 #include "engine/autograd/ops.h"
 #include "engine/autograd/trace.h"
 #include "engine/backend/ops.h"
@@ -48,6 +52,38 @@ Variable reshape(ExecutionContext& ctx, const Variable& x, const Shape& shape) {
   return make_op("reshape", std::move(y), {x}, [&ctx, x_shape, format](const Tensor& dy) {
     return std::vector<Tensor>{backend::as_format(ctx, backend::contiguous(ctx, dy).reshape(x_shape), format)};
   });
+}
+
+Shape infer_reshape(std::span<const int64_t> sizes, int64_t numel) {
+  int inferred = -1;
+  int64_t known = 1;
+  bool valid = true;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] == -1 && inferred < 0) {
+      inferred = static_cast<int>(i);
+    } else if (sizes[i] < 0) {
+      valid = false;  // a second -1, or another negative size
+    } else {
+      known *= sizes[i];
+    }
+  }
+  // As PyTorch: -1 cannot stand beside a 0 (any count would fit), and the counts must match.
+  valid = valid && (inferred < 0 ? known == numel : known != 0 && numel % known == 0);
+  TANDEM_CHECK(valid, ErrorCode::kInvalidArgument,
+               "reshape: shape '[{}]' is invalid for input of size {} (at most one -1, other sizes not negative, "
+               "and their product must divide the size)",
+               fmt::join(sizes, ", "), numel);
+  std::vector<int64_t> dims(sizes.begin(), sizes.end());
+  if (inferred >= 0) dims[static_cast<size_t>(inferred)] = numel / known;
+  return Shape(std::span<const int64_t>(dims));
+}
+
+Variable reshape(ExecutionContext& ctx, const Variable& x, std::span<const int64_t> sizes) {
+  return reshape(ctx, x, infer_reshape(sizes, x.value().numel()));
+}
+
+Variable reshape(ExecutionContext& ctx, const Variable& x, std::initializer_list<int64_t> sizes) {
+  return reshape(ctx, x, std::span<const int64_t>(sizes.begin(), sizes.size()));
 }
 
 Variable flatten(ExecutionContext& ctx, const Variable& x) {
