@@ -49,8 +49,10 @@ float LrSchedule::decayed(int64_t step) const {
 float LrSchedule::lr_at(int64_t step) const {
   float lr = decayed(step);
   if (step < options_.warmup_steps) {
-    float t = static_cast<float>(step) / static_cast<float>(options_.warmup_steps);
-    return lr * (options_.warmup_start_factor + (1.0f - options_.warmup_start_factor) * t);
+    const float steps = static_cast<float>(options_.warmup_steps);
+    if (!options_.warmup_start_factor) return lr * (static_cast<float>(step + 1) / steps);
+    const float f = *options_.warmup_start_factor, t = static_cast<float>(step) / steps;
+    return lr * (f + (1.0f - f) * t);
   }
   return lr;
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -10,8 +11,11 @@ namespace tandem::optim {
 
 struct ScheduleOptions {
   std::string name = "constant";  // constant | step | multistep | cosine | polynomial
-  int64_t warmup_steps = 0;       // lr rises linearly from warmup_start_factor x base to base
-  float warmup_start_factor = 0.0f;
+  // Linear warmup over warmup_steps. Without a start factor step s runs at (s + 1) / warmup_steps x
+  // the scheduled lr, so no step is wasted at lr 0 (nanoGPT's ramp); with one, at
+  // (f + (1 - f) s / warmup_steps) x lr, PyTorch's LinearLR (f = 0: the first step at lr 0, if asked).
+  int64_t warmup_steps = 0;
+  std::optional<float> warmup_start_factor = std::nullopt;
   int64_t step_size = 0;               // step: decay every step_size steps
   std::vector<int64_t> milestones{};   // multistep: decay at these steps
   float gamma = 0.1f;                  // step and multistep: the decay factor

@@ -177,9 +177,16 @@ TEST(ClipGradNorm, AGradientTwoParametersShareIsScaledOnce) {
 
 TEST(LrSchedule, ShapesAtChosenSteps) {
   LrSchedule cosine({.name = "cosine", .warmup_steps = 10}, 1.0f, 256, 110);
-  EXPECT_FLOAT_EQ(cosine.lr_at(0), 0.0f);
-  EXPECT_FLOAT_EQ(cosine.lr_at(5), 0.5f);
+  EXPECT_FLOAT_EQ(cosine.lr_at(0), 0.1f);  // no step at lr 0 unless asked
+  EXPECT_FLOAT_EQ(cosine.lr_at(4), 0.5f);
+  EXPECT_FLOAT_EQ(cosine.lr_at(9), 1.0f);
   EXPECT_FLOAT_EQ(cosine.lr_at(10), 1.0f);
+  LrSchedule from_zero({.name = "constant", .warmup_steps = 10, .warmup_start_factor = 0.0f}, 1.0f, 256, 20);
+  EXPECT_FLOAT_EQ(from_zero.lr_at(0), 0.0f);  // asked: PyTorch's LinearLR from 0
+  EXPECT_FLOAT_EQ(from_zero.lr_at(5), 0.5f);
+  LrSchedule from_third({.name = "constant", .warmup_steps = 3, .warmup_start_factor = 1.0f / 3}, 0.9f, 256, 20);
+  EXPECT_FLOAT_EQ(from_third.lr_at(0), 0.3f);
+  EXPECT_FLOAT_EQ(from_third.lr_at(3), 0.9f);
   EXPECT_NEAR(cosine.lr_at(60), 0.5f, 1e-6);
   EXPECT_NEAR(cosine.lr_at(110), 0.0f, 1e-6);
   LrSchedule multistep({.name = "multistep", .milestones = {3, 6}, .gamma = 0.1f}, 1.0f, 256, 10);
