@@ -106,6 +106,8 @@ void install_timed_kernels(DeviceType type, int64_t batch, std::function<void()>
   TANDEM_TIME_KERNEL(accumulate_classification_stats);
   TANDEM_TIME_KERNEL(dropout_forward);
   TANDEM_TIME_KERNEL(dropout_backward);
+  TANDEM_TIME_KERNEL(arange_fill);
+  TANDEM_TIME_KERNEL(random_fill);
   TANDEM_TIME_KERNEL(sgd_update);
   TANDEM_TIME_KERNEL(adamw_update);
   TANDEM_TIME_KERNEL(squared_norm);

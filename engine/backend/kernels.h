@@ -137,6 +137,14 @@ struct KernelTable {
   void (*dropout_forward)(Ctx&, const Tensor& x, float p, Tensor& y, Tensor& mask) = nullptr;
   void (*dropout_backward)(Ctx&, const Tensor& dy, const Tensor& mask, float p, Tensor& dx) = nullptr;
 
+  // Factories (factories.h). y[i] = start + i step, computed in double and rounded to y's type (f32,
+  // bf16 through f32 to nearest even) or exactly in int64 (i64: start and step integral); step 0 is
+  // torch.full. Any memory format: the flat storage is filled.
+  void (*arange_fill)(Ctx&, double start, double step, Tensor& y) = nullptr;
+  // y f32: uniform a + (b - a) u_i, or normal a + b sqrt(-2 ln(1 - u_2i)) cos(2 pi u_2i+1) in double,
+  // u_j = philox::uniform(seed, j): the same draws on every backend (within an ulp of their libm).
+  void (*random_fill)(Ctx&, const RandomFillParams&, Tensor& y) = nullptr;
+
   // Optimizer updates over many parameters in one call (one launch on a GPU), in place.
   // w[i], dw[i], and the state tensors [i] have equal shapes; v may be empty when momentum is 0.
   // w16: null, or count entries, each undefined or a bf16 tensor of w[i]'s shape and format that

@@ -87,6 +87,15 @@ struct AdamWParams {
   int64_t step = 1;
 };
 
+// rand / randn: element i of y from the counter-based stream of `seed` (philox.h), so every backend
+// draws the same numbers whatever its launch geometry.
+struct RandomFillParams {
+  uint64_t seed = 0;
+  bool normal = false;  // false: uniform in [a, b); true: normal with mean a and standard deviation b
+  float a = 0.0f;
+  float b = 1.0f;
+};
+
 using Ctx = ExecutionContext;
 
 }  // namespace tandem::backend

@@ -22,7 +22,8 @@ extern "C" {
 // 9: KernelTable::to_bf16. 10: KernelTable::from_bf16.
 // 11: the kernel table gained packed attention (packed_attention_supported, _forward, _backward).
 // 12: linear_backward_weights_add and softmax_cross_entropy_inplace (the fused classifier).
-// 13: sgd_update and adamw_update write bf16 shadows (w16); Storage holds the shadow.
+// 13: sgd_update and adamw_update write bf16 shadows (w16); Storage holds the shadow; the
+//     factories' arange_fill and random_fill.
 inline constexpr int kTandemCudaPluginAbi = 13;
 inline constexpr const char* kTandemCudaPluginEntry = "tandem_cuda_plugin_init";
 // Returns the kernel table without initialising CUDA (no driver call): for tests and the doctor.

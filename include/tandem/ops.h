@@ -4,4 +4,5 @@
 
 #include "engine/autograd/ops.h"
 #include "engine/autograd/variable.h"
+#include "engine/backend/factories.h"
 #include "engine/backend/ops.h"

@@ -40,6 +40,8 @@ const KernelTable& kernel_table() {
     t.scale = scale;
     t.axpy = axpy;
     t.fill = fill;
+    t.arange_fill = arange_fill;
+    t.random_fill = random_fill;
     t.sum = sum;
     t.broadcast_scalar = broadcast_scalar;
     t.softmax_cross_entropy_forward = softmax_cross_entropy_forward;

@@ -66,6 +66,10 @@ void fill(Ctx&, float value, Tensor& y);
 void sum(Ctx&, const Tensor& x, Tensor& y);
 void broadcast_scalar(Ctx&, const Tensor& s, Tensor& y);
 
+// cpu_factories.cpp
+void arange_fill(Ctx&, double start, double step, Tensor& y);
+void random_fill(Ctx&, const RandomFillParams&, Tensor& y);
+
 // cpu_loss.cpp
 void softmax_cross_entropy_forward(Ctx&, const Tensor& logits, const Tensor& labels, float label_smoothing,
                                    int64_t ignore_index, Tensor& loss, Tensor& probs);

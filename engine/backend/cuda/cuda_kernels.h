@@ -75,6 +75,9 @@ void mul(Ctx&, const Tensor& a, const Tensor& b, Tensor& y);
 void scale(Ctx&, const Tensor& x, float alpha, Tensor& y);
 void axpy(Ctx&, float alpha, const Tensor& x, Tensor& y);
 void fill(Ctx&, float value, Tensor& y);
+// cuda_factories.cu
+void arange_fill(Ctx&, double start, double step, Tensor& y);
+void random_fill(Ctx&, const RandomFillParams&, Tensor& y);
 void sum(Ctx&, const Tensor& x, Tensor& y);
 void broadcast_scalar(Ctx&, const Tensor& s, Tensor& y);
 

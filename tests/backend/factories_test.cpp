@@ -1,0 +1,111 @@
+// The tensor factories on the CPU: torch.zeros / ones / full / arange (its dtype inference, lengths,
+// and errors) / rand / randn, whose draws are the counter-based stream of a seed taken from the
+// context's generator (so a GPU context seeded alike draws them too: tests/cuda/factories_gpu_test.cpp).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/backend/factories.h"
+
+namespace tandem::backend {
+namespace {
+
+std::vector<int64_t> i64_values(const Tensor& t) {
+  const int64_t* p = t.data<int64_t>();
+  return std::vector<int64_t>(p, p + t.numel());
+}
+
+void expect_invalid(const std::function<void()>& f, const std::string& part) {
+  try {
+    f();
+    ADD_FAILURE() << "accepted; expected an error with '" << part << "'";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
+TEST(Factories, ZerosOnesAndFullInEachDtype) {
+  ExecutionContext ctx;
+  EXPECT_EQ(zeros(ctx, {2, 3}).to_vector(), std::vector<float>(6, 0.0f));
+  EXPECT_EQ(ones(ctx, {4}).to_vector(), std::vector<float>(4, 1.0f));
+  EXPECT_EQ(full(ctx, {2, 2}, -2.5).to_vector(), std::vector<float>(4, -2.5f));
+  EXPECT_EQ(i64_values(full(ctx, {3}, 7, DType::kI64)), (std::vector<int64_t>{7, 7, 7}));
+  Tensor b = full(ctx, {5}, 1.0 / 3.0, DType::kBF16);
+  ASSERT_EQ(b.dtype(), DType::kBF16);
+  for (int64_t i = 0; i < 5; ++i) EXPECT_EQ(b.data<BFloat16>()[i].bits, float_to_bf16(1.0f / 3.0f).bits);
+  EXPECT_EQ(full(ctx, {0, 3}, 1.0).numel(), 0);
+  expect_invalid([&] { full(ctx, {2}, 0.5, DType::kI64); }, "not a whole number");
+  expect_invalid([&] { zeros(ctx, {2}, DType::kU8); }, "use f32, bf16 or i64");
+}
+
+TEST(Factories, ArangeInfersI64FromWholeNumbersAndF32Otherwise) {
+  ExecutionContext ctx;
+  Tensor a = arange(ctx, 5);
+  EXPECT_EQ(a.dtype(), DType::kI64);
+  EXPECT_EQ(i64_values(a), (std::vector<int64_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(i64_values(arange(ctx, 10, 0, -3)), (std::vector<int64_t>{10, 7, 4, 1}));
+  Tensor f = arange(ctx, 1, 2.5, 0.5);
+  EXPECT_EQ(f.dtype(), DType::kF32);
+  EXPECT_EQ(f.to_vector(), (std::vector<float>{1.0f, 1.5f, 2.0f}));
+  EXPECT_EQ(arange(ctx, 3, DType::kF32).to_vector(), (std::vector<float>{0.0f, 1.0f, 2.0f}));
+  EXPECT_EQ(arange(ctx, 3, 3).numel(), 0);
+}
+
+TEST(Factories, ArangeOfAFractionalStepHasTorchsLengthAndValues) {
+  ExecutionContext ctx;
+  // torch.arange(0, 1, 0.1): 10 values, each start + i * step in double, then rounded.
+  std::vector<float> v = arange(ctx, 0, 1, 0.1).to_vector();
+  ASSERT_EQ(v.size(), 10u);
+  for (size_t i = 0; i < v.size(); ++i) EXPECT_EQ(v[i], static_cast<float>(static_cast<double>(i) * 0.1)) << i;
+  EXPECT_EQ(arange(ctx, 0, 1, 0.3).numel(), 4);  // 0, 0.3, 0.6, 0.9
+}
+
+TEST(Factories, ArangeRefusesWhatTorchRefuses) {
+  ExecutionContext ctx;
+  expect_invalid([&] { arange(ctx, 0, 5, 0); }, "step must be nonzero");
+  expect_invalid([&] { arange(ctx, 0, 5, -1); }, "inconsistent with step sign");
+  expect_invalid([&] { arange(ctx, 5, 0, 1); }, "inconsistent with step sign");
+  expect_invalid([&] { arange(ctx, 0, INFINITY); }, "must be finite");
+  expect_invalid([&] { arange(ctx, 0, 2, 0.5, DType::kI64); }, "not a whole number");
+}
+
+TEST(Factories, RandDrawsTheGeneratorsStreamOfAFreshSeed) {
+  ExecutionContext ctx(Device::cpu(), 0, 1234);
+  Tensor x = rand(ctx, {3, 1000});
+  ExecutionContext twin(Device::cpu(), 0, 1234);
+  Generator stream(twin.generator().next_u64());
+  std::vector<float> v = x.to_vector();
+  for (size_t i = 0; i < v.size(); ++i) ASSERT_EQ(v[i], stream.uniform()) << i;
+  EXPECT_NE(rand(ctx, {3, 1000}).to_vector(), v);  // the next call draws a new seed
+}
+
+TEST(Factories, RandAndRandnHaveTheirDistributionsMoments) {
+  ExecutionContext ctx(Device::cpu(), 0, 99);
+  const int64_t n = 200000;
+  std::vector<float> u = rand(ctx, {n}).to_vector(), z = randn(ctx, {n}).to_vector();
+  double su = 0, suu = 0, sz = 0, szz = 0;
+  int64_t within_one = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double a = u[static_cast<size_t>(i)], b = z[static_cast<size_t>(i)];
+    ASSERT_TRUE(a >= 0.0 && a < 1.0) << a;
+    ASSERT_TRUE(std::isfinite(b)) << i;
+    su += a;
+    suu += a * a;
+    sz += b;
+    szz += b * b;
+    within_one += std::abs(b) < 1.0 ? 1 : 0;
+  }
+  const double mu = su / n, mz = sz / n;
+  EXPECT_NEAR(mu, 0.5, 0.005);
+  EXPECT_NEAR(suu / n - mu * mu, 1.0 / 12.0, 0.002);
+  EXPECT_NEAR(mz, 0.0, 0.01);
+  EXPECT_NEAR(szz / n - mz * mz, 1.0, 0.02);
+  EXPECT_NEAR(static_cast<double>(within_one) / n, 0.682689, 0.005);
+}
+
+}  // namespace
+}  // namespace tandem::backend
