@@ -5,9 +5,17 @@
 namespace tandem::models {
 namespace {
 
+// Every convolution of a ResNet feeds a batch norm alone: under precision bf16 its output is kept in
+// bf16 in training (nn::Conv2d::keep_bf16_activations), which the batch norm reads and keeps.
+std::shared_ptr<nn::Conv2d> conv(int64_t in, int64_t out, int64_t kernel, int64_t stride, int64_t padding) {
+  auto layer = std::make_shared<nn::Conv2d>(nn::Conv2dOptions{
+      .in_channels = in, .out_channels = out, .kernel_size = kernel, .stride = stride, .padding = padding, .bias = false});
+  layer->keep_bf16_activations(true);
+  return layer;
+}
+
 std::shared_ptr<nn::Conv2d> conv(int64_t in, int64_t out, int64_t kernel, int64_t stride) {
-  return std::make_shared<nn::Conv2d>(nn::Conv2dOptions{.in_channels = in, .out_channels = out, .kernel_size = kernel,
-                                                        .stride = stride, .padding = kernel / 2, .bias = false});
+  return conv(in, out, kernel, stride, kernel / 2);
 }
 
 // Every batch norm of a ResNet sits between convolutions: under precision bf16 its output and its
@@ -72,9 +80,7 @@ Variable Bottleneck::forward(ExecutionContext& ctx, const Variable& x) {
 }
 
 ResNet::ResNet(const std::vector<int>& blocks, bool bottleneck, int64_t num_classes, int64_t in_channels) {
-  conv1_ = register_module("conv1", std::make_shared<nn::Conv2d>(nn::Conv2dOptions{
-                                        .in_channels = in_channels, .out_channels = 64, .kernel_size = 7,
-                                        .stride = 2, .padding = 3, .bias = false}));
+  conv1_ = register_module("conv1", conv(in_channels, 64, 7, 2, 3));
   bn1_ = register_module("bn1", bn(64, true));
   maxpool_ = std::make_shared<nn::MaxPool2d>(3, 2, 1);
   int64_t in_planes = 64;

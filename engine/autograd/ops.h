@@ -17,9 +17,10 @@ using backend::BatchNormParams;
 using backend::Conv2dParams;
 using backend::Pool2dParams;
 
-// (N, C, H, W) x, (K, C / groups, R, S) w, (K) b or undefined -> (N, K, P, Q)
+// (N, C, H, W) x, (K, C / groups, R, S) w, (K) b or undefined -> (N, K, P, Q). bf16_output: y in
+// bf16 where backend::conv2d_forward gives it (for a training batch norm with bf16 activations).
 Variable conv2d(ExecutionContext& ctx, const Variable& x, const Variable& w, const Variable& b,
-                const Conv2dParams& params);
+                const Conv2dParams& params, bool bf16_output = false);
 // Training mode: batch statistics, running statistics updated in place.
 Variable batchnorm_training(ExecutionContext& ctx, const Variable& x, const Variable& gamma, const Variable& beta,
                             Tensor& running_mean, Tensor& running_var, const BatchNormParams& params);

@@ -17,12 +17,12 @@ void trace_pool(const char* op, const Pool2dParams& params) {
 }  // namespace
 
 Variable conv2d(ExecutionContext& ctx, const Variable& x, const Variable& w, const Variable& b,
-                const Conv2dParams& params) {
+                const Conv2dParams& params, bool bf16_output) {
   Tensor bias = b.defined() ? b.value() : Tensor();
   // Under bf16 autocast (where the device takes bf16 operands) x and dy are rounded once, for the
   // forward and both backwards; x's bf16 copy is what the weight gradient keeps.
   Tensor xv = backend::bf16_operand(ctx, x.value()), wv = w.value();
-  Tensor y = backend::conv2d_forward(ctx, params, xv, wv, bias);
+  Tensor y = backend::conv2d_forward(ctx, params, xv, wv, bias, bf16_output);
   std::vector<Variable> inputs{x, w};
   if (b.defined()) inputs.push_back(b);
   bool need_dx = x.requires_grad(), with_bias = b.defined();

@@ -51,10 +51,16 @@ std::vector<Tensor> sync_backward(ExecutionContext& ctx, const SyncSaved& s, con
 Variable sync_batchnorm_training(ExecutionContext& ctx, const Variable& x, const Variable& gamma,
                                  const Variable& beta, Tensor& running_mean, Tensor& running_var,
                                  const backend::BatchNormParams& params, ReplicaReducer& reducer) {
-  const Tensor& xv = x.value();
-  TANDEM_CHECK(xv.defined() && xv.rank() == 4 && xv.dtype() == DType::kF32, ErrorCode::kInvalidArgument,
-               "SyncBatchNorm takes f32 (N, C, H, W) tensors, got {}",
-               xv.defined() ? xv.describe() : std::string("undefined"));
+  const Tensor& x_in = x.value();
+  TANDEM_CHECK(x_in.defined() && x_in.rank() == 4 && (x_in.dtype() == DType::kF32 || x_in.dtype() == DType::kBF16),
+               ErrorCode::kInvalidArgument, "SyncBatchNorm takes f32 or bf16 (N, C, H, W) tensors, got {}",
+               x_in.defined() ? x_in.describe() : std::string("undefined"));
+  // A convolution's bf16 output (bf16 activations) is widened: SyncBatchNorm computes in f32.
+  Tensor xv = x_in;
+  if (x_in.dtype() == DType::kBF16) {
+    xv = Tensor::empty(x_in.shape(), DType::kF32, x_in.device(), x_in.format());
+    backend::widen_from_bf16(ctx, x_in, xv);
+  }
   const int64_t channels = xv.dim(1);
   const std::initializer_list<const Tensor*> per_channel{&gamma.value(), &beta.value(), &running_mean, &running_var};
   for (const Tensor* t : per_channel) {

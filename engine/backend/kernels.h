@@ -20,8 +20,12 @@ struct KernelTable {
   // y = x (bf16) widened to f32. Set where the device keeps activations in bf16 between ops
   // (BatchNormParams::bf16_activations): its batch norm entries then write a bf16 y (training) and
   // dx, and take a bf16 shortcut; relu_backward takes a bf16 y; the pooling ops widen a bf16 x.
+  // The training batch norm entries (forward, add_relu, backward) also take a bf16 x: the output of
+  // a convolution asked for bf16 (below); inference gets x widened by ops.cpp.
   void (*from_bf16)(Ctx&, const Tensor& x, Tensor& y) = nullptr;
-  // (N, C, H, W) x, (K, C / groups, R, S) w, (K) b or undefined -> (N, K, P, Q) y
+  // (N, C, H, W) x, (K, C / groups, R, S) w, (K) b or undefined -> (N, K, P, Q) y. With from_bf16 set
+  // and no bias, y may be bf16 (ops.h: conv2d_forward's bf16_output): the product's f32 accumulation
+  // rounded to bf16 once, the bits an f32 y rounded to bf16 would hold.
   void (*conv2d_forward)(Ctx&, const Conv2dParams&, const Tensor& x, const Tensor& w, const Tensor& b,
                          Tensor& y) = nullptr;
   void (*conv2d_backward_data)(Ctx&, const Conv2dParams&, const Tensor& dy, const Tensor& w, Tensor& dx) = nullptr;

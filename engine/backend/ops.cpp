@@ -15,26 +15,26 @@ using namespace detail;
 constexpr std::string_view kNchw = "(N, C, H, W)";
 constexpr std::string_view kWeights = "(K, C/groups, R, S)";
 
-void check_bn_params(std::string_view op, const Ctx& ctx, const Tensor& x, const Tensor& gamma) {
-  check_tensor(op, "x", x, ctx, DType::kF32, 4, kNchw);
-  check_vector(op, "gamma", gamma, ctx, x.dim(1), "channels", "x", x.shape());
-}
-
 // Whether the context computes in bf16 on a device that keeps activations in bf16 between ops.
 bool keeps_bf16(const Ctx& ctx) {
   return ctx.options().precision == Precision::kBf16 && table(ctx).from_bf16 != nullptr &&
          table(ctx).to_bf16 != nullptr;
 }
 
+// f32, or bf16 where the device keeps activations in bf16: what a batch norm's x (a convolution's
+// bf16 output) and shortcut, relu_backward's y and the pooling ops' x may be.
+DType activation_dtype(const Ctx& ctx, const Tensor& t) {
+  return t.defined() && t.dtype() == DType::kBF16 && keeps_bf16(ctx) ? DType::kBF16 : DType::kF32;
+}
+
+void check_bn_params(std::string_view op, const Ctx& ctx, const Tensor& x, const Tensor& gamma) {
+  check_tensor(op, "x", x, ctx, activation_dtype(ctx, x), 4, kNchw);
+  check_vector(op, "gamma", gamma, ctx, x.dim(1), "channels", "x", x.shape());
+}
+
 // What a batch norm made with p writes its training y and its dx in.
 DType bn_activation_dtype(const Ctx& ctx, const BatchNormParams& p) {
   return p.bf16_activations && keeps_bf16(ctx) ? DType::kBF16 : DType::kF32;
-}
-
-// f32, or bf16 where the device keeps activations in bf16: what a batch norm's shortcut,
-// relu_backward's y and the pooling ops' x may be.
-DType activation_dtype(const Ctx& ctx, const Tensor& t) {
-  return t.defined() && t.dtype() == DType::kBF16 && keeps_bf16(ctx) ? DType::kBF16 : DType::kF32;
 }
 
 // x, widened to f32 where it is a bf16 activation: for the ops that read f32 only.
@@ -111,14 +111,16 @@ Shape pool2d_output_shape(const Pool2dParams& p, const Shape& x) {
   return pool_output_shape("pool2d_output_shape", p, x, "x");
 }
 
-Tensor conv2d_forward(Ctx& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& b) {
+Tensor conv2d_forward(Ctx& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& b,
+                      bool bf16_output) {
   constexpr std::string_view op = "conv2d_forward";
   check_tensor(op, "x", x, ctx, operand_dtype(ctx, x), 4, kNchw);
   check_tensor(op, "w", w, ctx, DType::kF32, 4, kWeights);
   Shape y_shape = conv_output_shape(op, p, x.shape(), "x", w.shape(), "w");
   if (b.defined()) check_vector(op, "b", b, ctx, w.dim(0), "filters", "w", w.shape());
   auto fn = entry(table(ctx).conv2d_forward, op, ctx);
-  Tensor y = like(ctx, y_shape, x.format());
+  const bool bf16_y = bf16_output && keeps_bf16(ctx) && !b.defined();  // a bias is added to an f32 y
+  Tensor y = like(ctx, y_shape, x.format(), bf16_y ? DType::kBF16 : DType::kF32);
   fn(ctx, p, x, w, b, y);
   return y;
 }
@@ -234,7 +236,7 @@ Tensor batchnorm_forward_inference(Ctx& ctx, const BatchNormParams& p, const Ten
   check_vector(op, "running_var", running_var, ctx, x.dim(1), "channels", "x", x.shape());
   auto fn = entry(table(ctx).batchnorm_forward_inference, op, ctx);
   Tensor y = like(ctx, x.shape(), x.format());
-  fn(ctx, p, x, gamma, beta, running_mean, running_var, y);
+  fn(ctx, p, widened(ctx, x), gamma, beta, running_mean, running_var, y);  // eval reads f32
   return y;
 }
 

@@ -29,7 +29,11 @@ Tensor bf16_weight(Ctx&, const Tensor& w);
 void round_to_bf16(Ctx&, const Tensor& x, Tensor& y);
 void widen_from_bf16(Ctx&, const Tensor& x, Tensor& y);
 // x and dy below: f32, or their bf16_operand.
-Tensor conv2d_forward(Ctx&, const Conv2dParams&, const Tensor& x, const Tensor& w, const Tensor& b = {});
+// bf16_output: under precision: bf16 where the device keeps activations in bf16 (BatchNormParams::
+// bf16_activations), and with no bias, y is bf16: the f32 accumulation rounded once, for a batch norm
+// (training) that reads it; otherwise f32.
+Tensor conv2d_forward(Ctx&, const Conv2dParams&, const Tensor& x, const Tensor& w, const Tensor& b = {},
+                      bool bf16_output = false);
 Tensor conv2d_backward_data(Ctx&, const Conv2dParams&, const Tensor& dy, const Tensor& w, const Shape& x_shape);
 // dx_sum += conv2d_backward_data(dy, w, dx_sum's shape): a gradient added into one already there.
 void conv2d_backward_data_add(Ctx&, const Conv2dParams&, const Tensor& dy, const Tensor& w, Tensor& dx_sum);

@@ -27,7 +27,7 @@ Conv2d::Conv2d(const Conv2dOptions& o) {
 }
 
 Variable Conv2d::forward(ExecutionContext& ctx, const Variable& x) {
-  return autograd::conv2d(ctx, x, weight_, bias_, params_);
+  return autograd::conv2d(ctx, x, weight_, bias_, params_, bf16_output_ && is_training());
 }
 
 }  // namespace tandem::nn

@@ -23,10 +23,17 @@ class Conv2d : public Module {
   explicit Conv2d(const Conv2dOptions& options);
   Variable forward(ExecutionContext& ctx, const Variable& x) override;  // (N, C, H, W) -> (N, K, P, Q)
   Variable& weight() { return weight_; }
+  // Under precision: bf16, on a device that keeps activations in bf16, training writes this layer's
+  // output in bf16 (autograd::conv2d's bf16_output, rounded once from the f32 accumulation): for a
+  // convolution whose output goes to a training batch norm alone, as a ResNet's do, so the tensor the
+  // batch norm reads and keeps for its backward is half the size. Off by default; eval mode and a
+  // layer with a bias stay f32.
+  void keep_bf16_activations(bool on) { bf16_output_ = on; }
 
  private:
   autograd::Conv2dParams params_;
   Variable weight_, bias_;
+  bool bf16_output_ = false;
 };
 
 class BatchNorm2d : public Module {

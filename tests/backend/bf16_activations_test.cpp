@@ -1,7 +1,8 @@
 // Activations kept in bf16 between ops (BatchNormParams::bf16_activations, precision: bf16 on the
 // CPU): a batch norm writes its y and its dx in bf16, the very bits of its f32 result rounded to
 // nearest even; it takes a bf16 shortcut as the shortcut's widened values; relu_backward masks by a
-// bf16 y, and the pooling ops read a bf16 x, as they would its widened copy. Both the AVX-512
+// bf16 y, and the pooling ops read a bf16 x, as they would its widened copy; a batch norm reads a
+// bf16 x (a convolution's bf16 output) as its widened copy. Both the AVX-512
 // kernels (channels_last, multiples of 16 channels) and oneDNN's path (the rest).
 #include <gtest/gtest.h>
 
@@ -81,6 +82,44 @@ TEST_P(Bf16Activations, BatchNormWritesTheRoundedF32ResultAndReadsABf16Shortcut)
   BatchNormForward got = batchnorm_add_relu_forward_training(ctx, add_params, x, gamma, beta, shortcut16, rm, rv);
   expect_rounding_of(got.y, want.y, std::string("the residual sum's y, ") + c.path);
   EXPECT_EQ(relu_backward(ctx, got.y, dy).to_vector(), relu_backward(ctx, widened(got.y), dy).to_vector());
+}
+
+// A convolution's bf16 output (conv2d_forward's bf16_output) as the batch norm's x: every result is
+// bitwise that of its widened values, forward (plain and with the residual sum) and backward.
+TEST_P(Bf16Activations, BatchNormReadsABf16XAsItsWidenedValues) {
+  TANDEM_REQUIRE_BF16_CPU();
+  const Case& c = GetParam();
+  ExecutionContext& ctx = bf16_context();
+  const int64_t channels = c.x[1];
+  Tensor x16 = bf16_operand(ctx, to_tensor(random_vec(static_cast<size_t>(c.x.numel()), 11, -2, 3), c.x, c.format));
+  Tensor x32 = widened(x16);
+  Tensor gamma = to_tensor(random_vec(static_cast<size_t>(channels), 12, 0.5, 1.5), {channels});
+  Tensor beta = to_tensor(random_vec(static_cast<size_t>(channels), 13), {channels});
+  Tensor dy = to_tensor(random_vec(static_cast<size_t>(c.x.numel()), 14), c.x, c.format);
+  Tensor shortcut16 = bf16_operand(ctx, to_tensor(random_vec(static_cast<size_t>(c.x.numel()), 15), c.x, c.format));
+  BatchNormParams p;
+  p.fuse_relu = true;
+  p.bf16_activations = true;
+  Tensor rm = Tensor::zeros({channels}), rv = Tensor::zeros({channels});
+  Tensor rm16 = Tensor::zeros({channels}), rv16 = Tensor::zeros({channels});
+  BatchNormForward want = batchnorm_forward_training(ctx, p, x32, gamma, beta, rm, rv);
+  BatchNormForward got = batchnorm_forward_training(ctx, p, x16, gamma, beta, rm16, rv16);
+  expect_rounding_of(got.y, widened(want.y), std::string("y, ") + c.path);
+  EXPECT_EQ(rm16.to_vector(), rm.to_vector()) << c.path;
+  EXPECT_EQ(rv16.to_vector(), rv.to_vector()) << c.path;
+  BatchNormGrads gw = batchnorm_backward(ctx, p, x32, want.y, dy, gamma, want.saved);
+  BatchNormGrads gg = batchnorm_backward(ctx, p, x16, got.y, dy, gamma, got.saved);
+  expect_rounding_of(gg.dx, widened(gw.dx), std::string("dx, ") + c.path);
+  EXPECT_EQ(gg.dgamma.to_vector(), gw.dgamma.to_vector()) << c.path;
+  EXPECT_EQ(gg.dbeta.to_vector(), gw.dbeta.to_vector()) << c.path;
+  BatchNormParams add = p;
+  add.fuse_relu = false;
+  BatchNormForward add_want = batchnorm_add_relu_forward_training(ctx, add, x32, gamma, beta, shortcut16, rm, rv);
+  BatchNormForward add_got = batchnorm_add_relu_forward_training(ctx, add, x16, gamma, beta, shortcut16, rm16, rv16);
+  expect_rounding_of(add_got.y, widened(add_want.y), std::string("the residual sum's y, ") + c.path);
+  // Eval mode reads the bf16 x widened too.
+  EXPECT_EQ(batchnorm_forward_inference(ctx, p, x16, gamma, beta, rm, rv).to_vector(),
+            batchnorm_forward_inference(ctx, p, x32, gamma, beta, rm, rv).to_vector());
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, Bf16Activations,

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <vector>
 
 #include "backend_test_util.h"
 #include "tests/support/bf16_cpu.h"
@@ -86,6 +87,20 @@ TEST_P(Bf16Conv, EveryPassIsBf16ProductsSummedInF32) {
   EXPECT_EQ(conv2d_forward(ctx, c.p, x16, tw, tb).to_vector(), y.to_vector());
   EXPECT_EQ(conv2d_backward_data(ctx, c.p, dy16, tw, c.x).to_vector(), dx.to_vector());
   EXPECT_EQ(conv2d_backward_weights(ctx, c.p, x16, dy16, c.w, true).dw.to_vector(), g.dw.to_vector());
+
+  // bf16_output (a training batch norm's x): without a bias, the f32 result rounded once; with one, f32.
+  Tensor y_plain = conv2d_forward(ctx, c.p, x16, tw);
+  Tensor y16 = conv2d_forward(ctx, c.p, x16, tw, {}, true);
+  ASSERT_EQ(y16.dtype(), DType::kBF16);
+  EXPECT_EQ(y16.format(), c.format);
+  const std::vector<float> plain = y_plain.to_vector();  // logical order, as the widened copy below
+  Tensor y16_widened = Tensor::empty(y16.shape(), DType::kF32, Device::cpu(), y16.format());
+  widen_from_bf16(ctx, y16, y16_widened);
+  const std::vector<float> got16 = y16_widened.to_vector();
+  int64_t wrong = 0;
+  for (size_t i = 0; i < plain.size(); ++i) wrong += got16[i] != bf16_to_float(float_to_bf16(plain[i]));
+  EXPECT_EQ(wrong, 0) << "of " << plain.size() << " bf16 outputs are not the f32 output rounded";
+  EXPECT_EQ(conv2d_forward(ctx, c.p, x16, tw, tb, true).dtype(), DType::kF32);
 }
 
 TEST(Bf16Operand, RoundsToNearestEvenKeepsNaNAndIsRefusedOutsideBf16) {
@@ -171,6 +186,8 @@ TEST(Bf16Matmul, BatchedProductsOfEveryTranspose) {
 
 TEST(Bf16Precision, Fp32ContextsAreUntouched) {
   ExecutionContext ctx(Device::cpu(), 2, 1);
+  Tensor cx = to_tensor(random_vec(2 * 3 * 5 * 5, 40), {2, 3, 5, 5}), cw = to_tensor(random_vec(4 * 3 * 9, 43), {4, 3, 3, 3});
+  EXPECT_EQ(conv2d_forward(ctx, conv_params(1, 1), cx, cw, {}, true).dtype(), DType::kF32);  // bf16_output needs bf16
   const int64_t n = 8, in = 30, out = 5;
   Vec x = random_vec(static_cast<size_t>(n * in), 41), w = random_vec(static_cast<size_t>(out * in), 42);
   Tensor y = linear_forward(ctx, to_tensor(x, {n, in}), to_tensor(w, {out, in}));

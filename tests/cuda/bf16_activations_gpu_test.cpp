@@ -4,7 +4,8 @@
 // rounds itself; batch norm with bf16_activations writes a bf16 y and dx within
 // half a bf16 step of the CPU's f32 results, with f32 statistics, running
 // averages and parameter gradients at f32's tolerance, and repeats bit for bit;
-// relu_backward masks by a bf16 y.
+// relu_backward masks by a bf16 y. A convolution writes a bf16 y when asked
+// (bf16_output), which batch norm reads as its widened values.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -83,6 +84,12 @@ TEST(CudaBf16Activations, ConvolutionsTakeBf16OperandsAsTheirOwnRounding) {
       const Tensor x16 = bf16_operand(ctx.gpu, x);
       const Tensor y = conv2d_forward(ctx.gpu, p, x, w, b);
       EXPECT_TRUE(bitwise_equal(conv2d_forward(ctx.gpu, p, x16, w, b), y));
+      // bf16_output: cuDNN's bf16 y written in place, the bits of the widened f32 y rounded again.
+      const Tensor y16 = conv2d_forward(ctx.gpu, p, x16, w, {}, true);
+      ASSERT_EQ(y16.dtype(), DType::kBF16);
+      EXPECT_EQ(y16.format(), format);
+      EXPECT_EQ(bf16_bits(y16), bf16_bits(bf16_operand(ctx.gpu, conv2d_forward(ctx.gpu, p, x16, w))));
+      EXPECT_EQ(conv2d_forward(ctx.gpu, p, x16, w, b, true).dtype(), DType::kF32);  // a bias keeps f32
       const Tensor dy16 = bf16_operand(ctx.gpu, gpu(random_tensor(y.shape(), 5, -1.0f, 1.0f, format)));
       const Tensor dy = max_pool2d_forward(ctx.gpu, {.kernel = {1, 1}, .stride = {1, 1}}, dy16).y;  // widened
       EXPECT_TRUE(bitwise_equal(conv2d_backward_data(ctx.gpu, p, dy16, w, x.shape()),
@@ -204,6 +211,50 @@ INSTANTIATE_TEST_SUITE_P(Shapes, CudaBf16BatchNorm,
                                            BnCase{{4, 16, 8, 8}, MemoryFormat::kChannelsLast, true, true, false},
                                            BnCase{{3, 5, 7, 6}, MemoryFormat::kContiguous, true, true, false}),
                          [](const auto& test) { return "case" + std::to_string(test.index); });
+
+// A convolution's bf16 output as the batch norm's x: on the GPU every result is bitwise that of its
+// widened values (the kernels read either as f32), and an f32 y beside a bf16 x (a layer that keeps
+// f32) is cuDNN's f32 result within f32's tolerance.
+TEST(CudaBf16Activations, BatchNormReadsABf16XAsItsWidenedValues) {
+  TANDEM_REQUIRE_GPU();
+  for (MemoryFormat format : {MemoryFormat::kContiguous, MemoryFormat::kChannelsLast}) {
+    SCOPED_TRACE(memory_format_name(format));
+    Contexts ctx;
+    const Shape shape{4, 24, 7, 5};
+    const int64_t ch = shape[1];
+    const Tensor x16 = bf16_operand(ctx.gpu, gpu(random_tensor(shape, 30, -2.0f, 3.0f, format)));
+    const Tensor x32 = max_pool2d_forward(ctx.gpu, {.kernel = {1, 1}, .stride = {1, 1}}, x16).y;  // widened
+    const Tensor gamma = gpu(random_tensor({ch}, 31, 0.5f, 1.5f)), beta = gpu(random_tensor({ch}, 32));
+    const Tensor dy = gpu(random_tensor(shape, 33, -1.0f, 1.0f, format));
+    const Tensor shortcut = bf16_operand(ctx.gpu, gpu(random_tensor(shape, 34, -1.0f, 1.0f, format)));
+    for (bool keeps_bf16 : {true, false}) {
+      BatchNormParams p{.eps = 1e-5f, .momentum = 0.1f, .fuse_relu = true, .bf16_activations = keeps_bf16};
+      Tensor rm = gpu(Tensor::zeros({ch})), rv = gpu(Tensor::zeros({ch}));
+      Tensor rm16 = gpu(Tensor::zeros({ch})), rv16 = gpu(Tensor::zeros({ch}));
+      const BatchNormForward want = batchnorm_forward_training(ctx.gpu, p, x32, gamma, beta, rm, rv);
+      const BatchNormForward got = batchnorm_forward_training(ctx.gpu, p, x16, gamma, beta, rm16, rv16);
+      ASSERT_EQ(got.y.dtype(), want.y.dtype());
+      const BatchNormGrads gw = batchnorm_backward(ctx.gpu, p, x32, want.y, dy, gamma, want.saved);
+      const BatchNormGrads gg = batchnorm_backward(ctx.gpu, p, x16, got.y, dy, gamma, got.saved);
+      if (keeps_bf16) {  // the same kernels on the same values
+        EXPECT_EQ(bf16_bits(got.y), bf16_bits(want.y));
+        EXPECT_TRUE(bitwise_equal(rv16, rv));
+        EXPECT_EQ(bf16_bits(gg.dx), bf16_bits(gw.dx));
+        EXPECT_TRUE(bitwise_equal(gg.dgamma, gw.dgamma));
+        EXPECT_TRUE(bitwise_equal(gg.dbeta, gw.dbeta));
+        BatchNormParams add = p;
+        add.fuse_relu = false;
+        EXPECT_EQ(bf16_bits(batchnorm_add_relu_forward_training(ctx.gpu, add, x16, gamma, beta, shortcut, rm16, rv16).y),
+                  bf16_bits(batchnorm_add_relu_forward_training(ctx.gpu, add, x32, gamma, beta, shortcut, rm, rv).y));
+      } else {  // our kernels for the bf16 x, cuDNN's for the f32 one
+        EXPECT_LT(rel_error(got.y, want.y), kF32Tolerance);
+        EXPECT_LT(rel_error(rv16, rv), kF32Tolerance);
+        EXPECT_LT(rel_error(gg.dx, gw.dx), kF32Tolerance);
+        EXPECT_LT(rel_error(gg.dgamma, gw.dgamma), kF32Tolerance);
+      }
+    }
+  }
+}
 
 // An f32 context ignores the flag: y and dx stay f32 (cuDNN's path).
 TEST(CudaBf16Activations, Fp32ContextKeepsF32) {

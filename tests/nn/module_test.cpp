@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "engine/backend/ops.h"
 #include "engine/nn/init.h"
 #include "engine/nn/layers.h"
 #include "tests/support/bf16_cpu.h"
@@ -166,6 +167,45 @@ TEST(BatchNorm2d, KeepingBf16ActivationsChangesNoBitOfAConvolutionChain) {
   ExecutionContext f32_ctx(Device::cpu(), 2, 1);
   kept.train();
   EXPECT_EQ(kept.forward(f32_ctx, conv1.forward(f32_ctx, input)).value().dtype(), DType::kF32);
+}
+
+// A convolution that keeps its output in bf16 (training, precision: bf16) hands its batch norm the
+// f32 output rounded once: the chain trains with the loss and gradients of a batch norm fed that
+// rounded output in f32; eval mode and an fp32 context keep f32.
+TEST(Conv2d, KeepingBf16ActivationsFeedsTheBatchNormTheRoundedOutput) {
+  TANDEM_REQUIRE_BF16_CPU();
+  ExecutionContext ctx(Device::cpu(), 2, 1, KernelOptions{.precision = Precision::kBf16});
+  Conv2d conv({.in_channels = 3, .out_channels = 16, .padding = 1, .bias = false});
+  Conv2d head({.in_channels = 16, .out_channels = 4, .padding = 1, .bias = false});
+  BatchNorm2d bn(16, 1e-5f, 0.1f, /*fuse_relu=*/true);
+  bn.keep_bf16_activations(true);
+  std::vector<float> x(2 * 3 * 6 * 6);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::cos(0.41f * static_cast<float>(i));
+  Variable input(Tensor::from_vector(x, {2, 3, 6, 6}).to_format(MemoryFormat::kChannelsLast));
+  auto run = [&](bool keep) {
+    conv.keep_bf16_activations(keep);
+    conv.weight().zero_grad();
+    head.weight().zero_grad();
+    Variable y = conv.forward(ctx, input);
+    EXPECT_EQ(y.value().dtype(), keep ? DType::kBF16 : DType::kF32);
+    if (!keep) {  // round the f32 output as the kept one is rounded, then widen it back for the batch norm
+      Tensor widened = Tensor::empty(y.shape(), DType::kF32, Device::cpu(), y.value().format());
+      backend::widen_from_bf16(ctx, backend::bf16_operand(ctx, y.value()), widened);
+      y = autograd::add(ctx, y, Variable(backend::add(ctx, widened, backend::scale(ctx, y.value(), -1.0f))));
+    }
+    Variable loss = autograd::sum(ctx, head.forward(ctx, bn.forward(ctx, y)));
+    loss.backward(&ctx);
+    return std::vector<std::vector<float>>{loss.value().to_vector(), conv.weight().grad().to_vector()};
+  };
+  std::vector<std::vector<float>> kept = run(true), rounded = run(false);
+  EXPECT_EQ(kept[0], rounded[0]);
+  EXPECT_EQ(kept[1], rounded[1]);
+  conv.keep_bf16_activations(true);
+  conv.eval();
+  EXPECT_EQ(conv.forward(ctx, input).value().dtype(), DType::kF32);
+  conv.train();
+  ExecutionContext f32_ctx(Device::cpu(), 2, 1);
+  EXPECT_EQ(conv.forward(f32_ctx, input).value().dtype(), DType::kF32);
 }
 
 TEST(Dropout, IdentityInEvalAndScaledInTraining) {

@@ -4,7 +4,9 @@
 // AVX-512), on oneDNN elsewhere. Under oneDNN the ReLU that usually follows is fused when it can
 // (its bit mask kept in saved.workspace); otherwise it runs as a loop and backward masks dy by y > 0.
 // bf16 activations (BatchNormParams::bf16_activations): the AVX-512 kernels read and write bf16
-// themselves; on oneDNN's path the kernel writes f32 and the result is rounded after.
+// themselves; on oneDNN's path the kernel writes f32 and the result is rounded after. A bf16 x (a
+// convolution's bf16 output) is widened to f32 at each training entry: the CPU's conv writes bf16 so
+// that both backends hold the same values, while the kernels here read f32 (a copy per call).
 #include <bit>
 #include <cmath>
 
@@ -141,9 +143,10 @@ void onednn_backward(Ctx& ctx, const BatchNormParams& p, const Tensor& x, const 
 
 }  // namespace
 
-void batchnorm_forward_training(Ctx& ctx, const BatchNormParams& p, const Tensor& x, const Tensor& gamma,
+void batchnorm_forward_training(Ctx& ctx, const BatchNormParams& p, const Tensor& x_in, const Tensor& gamma,
                                 const Tensor& beta, Tensor& running_mean, Tensor& running_var, Tensor& y,
                                 BatchNormSaved& saved) {
+  const Tensor x = f32_of(ctx, x_in);  // a convolution's bf16 output, widened (see the file's top)
   if (avx512_batchnorm_suits(x)) {
     avx512_batchnorm_training(ctx, p, x, gamma, beta, nullptr, running_mean, running_var, y, saved);
     return;
@@ -153,9 +156,10 @@ void batchnorm_forward_training(Ctx& ctx, const BatchNormParams& p, const Tensor
   store_result(ctx, y32, y);
 }
 
-void batchnorm_add_relu_forward_training(Ctx& ctx, const BatchNormParams& p, const Tensor& x, const Tensor& gamma,
+void batchnorm_add_relu_forward_training(Ctx& ctx, const BatchNormParams& p, const Tensor& x_in, const Tensor& gamma,
                                          const Tensor& beta, const Tensor& shortcut, Tensor& running_mean,
                                          Tensor& running_var, Tensor& y, BatchNormSaved& saved) {
+  const Tensor x = f32_of(ctx, x_in);
   if (avx512_batchnorm_suits(x)) {
     avx512_batchnorm_training(ctx, p, x, gamma, beta, &shortcut, running_mean, running_var, y, saved);
     return;
@@ -189,9 +193,10 @@ void batchnorm_forward_inference(Ctx& ctx, const BatchNormParams& p, const Tenso
   if (p.fuse_relu && !plan.fused) relu_in_place(y);
 }
 
-void batchnorm_backward(Ctx& ctx, const BatchNormParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
+void batchnorm_backward(Ctx& ctx, const BatchNormParams& p, const Tensor& x_in, const Tensor& y, const Tensor& dy,
                         const Tensor& gamma, const BatchNormSaved& saved, Tensor& dx, Tensor& dgamma,
                         Tensor& dbeta) {
+  const Tensor x = f32_of(ctx, x_in);
   if (avx512_batchnorm_suits(x)) {
     avx512_batchnorm_backward(ctx, p, x, dy, gamma, saved, dx, dgamma, dbeta);
     return;

@@ -176,6 +176,12 @@ void backward_data_turned(Ctx& ctx, const Conv2dParams& p, const Tensor& dy, con
 
 void conv2d_forward(Ctx& ctx, const Conv2dParams& p, const Tensor& x, const Tensor& w, const Tensor& b,
                     Tensor& y) {
+  if (y.dtype() == DType::kBF16) {  // bf16 output: the f32 result, rounded once (what a GPU's cuDNN writes)
+    Tensor y32 = Tensor::empty(y.shape(), DType::kF32, ctx.device(), y.format());
+    conv2d_forward(ctx, p, x, w, b, y32);
+    to_bf16(ctx, y32, y);
+    return;
+  }
   apply_thread_budget(ctx);
   const bool bf16 = computes_in_bf16(ctx);
   if (conv_gemm_suits(p, x, w.shape(), y)) return conv_gemm_forward(ctx, p, x, w, b, y);

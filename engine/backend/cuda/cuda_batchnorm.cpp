@@ -17,7 +17,8 @@
 // takes OPS_BN and then our ReLU kernel; backward masks dy by y > 0 first. A refusal of either ops
 // (at the size queries or the first call) sends that shape down the next path for good.
 //
-// bf16 activations (a bf16 y, dx or shortcut: BatchNormParams::bf16_activations) take our own
+// bf16 activations (a bf16 x, y, dx or shortcut: BatchNormParams::bf16_activations, a convolution
+// asked for bf16 output) take our own
 // kernels instead (cuda_batchnorm_bf16.cu): cuDNN's batch norm reads and writes one type.
 #include <array>
 #include <cstdint>
@@ -262,7 +263,7 @@ void batchnorm_forward_training(Ctx& ctx, const BatchNormParams& p, const Tensor
     }
     return;
   }
-  if (y.dtype() == DType::kBF16) {
+  if (y.dtype() == DType::kBF16 || x.dtype() == DType::kBF16) {  // cuDNN's reads and writes one type
     return batchnorm_forward_training_bf16(ctx, p, x, gamma, beta, nullptr, running_mean, running_var, y, saved);
   }
   BnPlan& plan = plan_for(cc, op, x);
@@ -290,7 +291,7 @@ void batchnorm_forward_training(Ctx& ctx, const BatchNormParams& p, const Tensor
 void batchnorm_add_relu_forward_training(Ctx& ctx, const BatchNormParams& p, const Tensor& x, const Tensor& gamma,
                                          const Tensor& beta, const Tensor& shortcut, Tensor& running_mean,
                                          Tensor& running_var, Tensor& y, BatchNormSaved& saved) {
-  if (y.dtype() == DType::kBF16 || shortcut.dtype() == DType::kBF16) {
+  if (y.dtype() == DType::kBF16 || shortcut.dtype() == DType::kBF16 || x.dtype() == DType::kBF16) {
     BatchNormParams with_relu = p;
     with_relu.fuse_relu = true;  // the ReLU after the sum
     return batchnorm_forward_training_bf16(ctx, with_relu, x, gamma, beta, &shortcut, running_mean, running_var, y,
@@ -325,7 +326,7 @@ void batchnorm_backward(Ctx& ctx, const BatchNormParams& p, const Tensor& x, con
     TANDEM_CUDA_CHECK(cudaMemsetAsync(dbeta.raw_data(), 0, dbeta.nbytes(), cc.stream()), "op={} dbeta", op);
     return;
   }
-  if (y.dtype() == DType::kBF16 || dx.dtype() == DType::kBF16) {
+  if (y.dtype() == DType::kBF16 || dx.dtype() == DType::kBF16 || x.dtype() == DType::kBF16) {
     return batchnorm_backward_bf16(ctx, p, x, y, dy, gamma, saved, dx, dgamma, dbeta);
   }
   BnPlan& plan = plan_for(cc, op, x);

@@ -3,7 +3,8 @@
 // statistics and parameter gradients f32.
 //
 // cuDNN's batch norm takes x and y of one type, and our x is a convolution's
-// f32 output, so these go through our own kernels: the statistics are
+// f32 or bf16 output (x, y, dy and dx are not all one type), so these go
+// through our own kernels: the statistics are
 // SyncBatchNorm's halves with one replica (batchnorm_moments, then
 // batchnorm_merge_moments over that one row: the batch mean, the biased
 // variance for invstd, the running averages with the unbiased one, as cuDNN
@@ -34,7 +35,8 @@ using tandem::cuda::launch_for;
 
 template <typename Y, typename S>
 struct ApplyArgs {
-  const float *x, *gamma, *beta, *mean, *invstd;
+  F32OrBf16 x;
+  const float *gamma, *beta, *mean, *invstd;
   const S* shortcut;  // null: no residual sum
   Y* y;
   int64_t n, channels, hw;
@@ -56,7 +58,7 @@ __global__ void apply_kernel(ApplyArgs<Y, S> a) {
 template <typename Y, typename S>
 void apply(CudaContext& cc, const Tensor& x, const Tensor& gamma, const Tensor& beta, const BatchNormSaved& saved,
            const Tensor* shortcut, bool relu, Tensor& y) {
-  const ApplyArgs<Y, S> args{x.data<float>(),
+  const ApplyArgs<Y, S> args{{x.raw_data(), x.dtype() == DType::kBF16},
                              gamma.data<float>(),
                              beta.data<float>(),
                              saved.mean.data<float>(),
@@ -71,9 +73,9 @@ void apply(CudaContext& cc, const Tensor& x, const Tensor& gamma, const Tensor& 
   const Launch l = launch_for(args.n);
   apply_kernel<<<l.blocks, l.threads, 0, cc.stream()>>>(args);
   TANDEM_CUDA_LAUNCH_CHECK("apply_kernel",
-                           "op=batchnorm_forward_training (bf16 activations) x={} {} y={} "
+                           "op=batchnorm_forward_training (bf16 activations) x={} {} {} y={} "
                            "shortcut={}",
-                           x.shape().str(), memory_format_name(x.format()), dtype_name(y.dtype()),
+                           x.shape().str(), dtype_name(x.dtype()), memory_format_name(x.format()), dtype_name(y.dtype()),
                            shortcut != nullptr ? dtype_name(shortcut->dtype()) : "none");
 }
 

@@ -12,7 +12,8 @@
 // dropped for the plan's next candidate, and the call is carved, staged and run again (rerun).
 //
 // x and dy may come in bf16 already (ops.h's bf16_operand, which rounds each once per layer under
-// precision: bf16); cuDNN then reads them in place, with no staged copy.
+// precision: bf16); cuDNN then reads them in place, with no staged copy. The forward's y may be bf16
+// (conv2d_forward's bf16_output, for a batch norm that reads it): cuDNN writes it in place too.
 //
 // Bias: the forward adds it with cudnnAddTensor on our f32 y (after the bf16 result is converted
 // back), the gradient sums f32 dy (a bf16 dy widened first) with cudnnConvolutionBackwardBias,
@@ -210,11 +211,15 @@ void conv2d_forward(Ctx& ctx, const Conv2dParams& p, const Tensor& x, const Tens
   ConvPlan& plan = cc.state<ConvPlanCache>().get(cc, problem);
   CallBuffers call;
   do {  // once, unless the algorithm fails at execution and the plan falls back (rerun)
-    call = carve(cc, problem, plan, {x.raw_data(), w.raw_data(), y.raw_data()}, {.x = is_bf16(x)});
+    call = carve(cc, problem, plan, {x.raw_data(), w.raw_data(), y.raw_data()}, {.x = is_bf16(x), .y = is_bf16(y)});
     stage_activation(plan, x, call.cudnn.x, stream);
     stage_filter(plan, w, call.cudnn.w, stream);
     if (!plan.chosen) find_algorithm(cc, problem, plan, call.cudnn, call.workspace);
   } while (rerun(cc, problem, plan, run_forward(cc, plan, call), "cudnnConvolutionForward"));
+  if (is_bf16(y)) {  // cuDNN wrote our bf16 y itself (a batch norm's input): nothing to widen
+    TANDEM_CHECK(!b.defined(), ErrorCode::kInternal, "conv2d_forward: a bias reached a bf16 y ({})", problem);
+    return;
+  }
   unstage_activation(plan, call.cudnn.y, y, stream);
   if (b.defined()) add_bias(cc, plan.bias, b, plan.y_f32, y, "conv2d_forward");
 }

@@ -28,6 +28,9 @@ using tandem::cuda::grid_stride;
 using tandem::cuda::Launch;
 using tandem::cuda::launch_for;
 
+// x as the kernels read it: f32, or the bf16 output of a convolution (bf16 activations).
+F32OrBf16 x_of(const Tensor& x) { return {x.raw_data(), x.dtype() == DType::kBF16}; }
+
 constexpr int kTileChannels = 32;  // threadIdx.x: one channel of the block's tile
 constexpr int kRows = 8;           // threadIdx.y: pixels strided by kRows within the chunk
 constexpr int64_t kPixelsPerChunk = 1024;
@@ -74,7 +77,7 @@ __global__ void channel_partials_kernel(Layout l, int64_t chunk_pixels, F f, dou
 }
 
 struct MomentsTerm {  // (x, x^2)
-  const float* x;
+  F32OrBf16 x;
   __device__ double2 operator()(int64_t i, int64_t) const {
     const double v = x[i];
     return make_double2(v, v * v);
@@ -83,7 +86,7 @@ struct MomentsTerm {  // (x, x^2)
 
 template <typename Y>
 struct GradTerm {  // (g, g xhat)
-  const float* x;
+  F32OrBf16 x;
   const Y* y;
   const float *dy, *mean, *invstd;
   bool fuse_relu;
@@ -156,7 +159,7 @@ template <typename Y, typename DX>
 struct ElemtArgs {
   Layout layout;
   bool fuse_relu;
-  const float* x;
+  F32OrBf16 x;
   const Y* y;
   const float *dy, *gamma, *mean, *invstd, *sums, *count;
   DX* dx;
@@ -197,7 +200,7 @@ void batchnorm_moments(Ctx& ctx, const Tensor& x, Tensor& moments) {
   CudaContext& cc = tandem::cuda::cuda_context(ctx);
   const Layout l = layout_of(x);
   int64_t chunks = 0;
-  const double2* partials = channel_partials(cc, l, MomentsTerm{x.data<float>()}, chunks, "batchnorm_moments");
+  const double2* partials = channel_partials(cc, l, MomentsTerm{x_of(x)}, chunks, "batchnorm_moments");
   const Launch f = launch_for(l.channels);
   moments_finish_kernel<<<f.blocks, f.threads, 0, cc.stream()>>>(partials, chunks, l.channels,
                                                                   static_cast<double>(l.pixels), moments.data<float>());
@@ -232,7 +235,7 @@ template <typename Y>
 void backward_reduce(CudaContext& cc, const BatchNormParams& p, const Tensor& x, const Tensor& y, const Tensor& dy,
                      const Tensor& mean, const Tensor& invstd, Tensor& sums, Tensor& dgamma, Tensor& dbeta) {
   const Layout l = layout_of(x);
-  const GradTerm<Y> term{.x = x.data<float>(),
+  const GradTerm<Y> term{.x = x_of(x),
                          .y = static_cast<const Y*>(y.raw_data()),
                          .dy = dy.data<float>(),
                          .mean = mean.data<float>(),
@@ -253,7 +256,7 @@ void backward_elemt(CudaContext& cc, const BatchNormParams& p, const Tensor& x, 
                     const Tensor& count, Tensor& dx) {
   const ElemtArgs<Y, DX> args{.layout = layout_of(x),
                               .fuse_relu = p.fuse_relu,
-                              .x = x.data<float>(),
+                              .x = x_of(x),
                               .y = static_cast<const Y*>(y.raw_data()),
                               .dy = dy.data<float>(),
                               .gamma = gamma.data<float>(),
