@@ -70,7 +70,8 @@ Tensor arange(ExecutionContext& ctx, double start, double end, double step, std:
   TANDEM_CHECK(count < static_cast<double>(int64_t{1} << 56), ErrorCode::kResourceExhausted,
                "arange: [{}, {}) in steps of {} has {} values, more than a tensor can hold", start, end, step, count);
   const DType type = dtype ? *dtype : (whole(start) && whole(end) && whole(step) ? DType::kI64 : DType::kF32);
-  TANDEM_CHECK(type != DType::kI64 || count == 0.0 || fits_int64(start + (count - 1.0) * step),
+  const bool whole_steps = whole(start) && whole(step);  // else filled() refuses i64, naming the value
+  TANDEM_CHECK(type != DType::kI64 || !whole_steps || count == 0.0 || fits_int64(start + (count - 1.0) * step),
                ErrorCode::kInvalidArgument, "arange: the last value {} of [{}, {}) lies outside int64's range",
                start + (count - 1.0) * step, start, end);
   return filled(ctx, "arange", Shape{static_cast<int64_t>(count)}, start, step, type);
