@@ -13,6 +13,7 @@
 #include "engine/autograd/ops.h"
 #include "engine/backend/ops.h"
 #include "engine/optim/optimizer.h"
+#include "tests/support/bf16_cpu.h"
 
 namespace tandem::optim {
 namespace {
@@ -100,6 +101,7 @@ void step_once(ExecutionContext& ctx, NamedParameters& params, Optimizer& opt, i
 class OptimizerShadow : public ::testing::TestWithParam<OptimizerOptions> {};
 
 TEST_P(OptimizerShadow, TheUpdateKernelRewritesTheShadowWithAFreshRoundingsBits) {
+  TANDEM_REQUIRE_BF16_CPU();  // the forward's bf16 product
   ExecutionContext ctx(Device::cpu(), 0, 0, bf16_options());
   NamedParameters params{{"w", Variable(ramp({5, 6}, 0.2f), true, "w")},
                          {"b", Variable(ramp({5}, 0.4f), true, "b")}};
@@ -156,6 +158,7 @@ std::vector<float> train_mlp(bool stale_every_forward, int steps) {
 }
 
 TEST(Bf16Shadow, TrainingWithShadowsIsBitwiseTrainingThatRoundsEveryForward) {
+  TANDEM_REQUIRE_BF16_CPU();
   std::vector<float> shadowed = train_mlp(false, 6), rounded_each_time = train_mlp(true, 6);
   ASSERT_EQ(shadowed.size(), rounded_each_time.size());
   for (size_t i = 0; i < shadowed.size(); ++i) {
