@@ -27,6 +27,7 @@ class GptMlp : public nn::Module {
   explicit GptMlp(const GptConfig& c) {
     c_fc_ = register_module("c_fc", std::make_shared<nn::Linear>(c.n_embd, 4 * c.n_embd, c.bias));
     gelu_ = register_module("gelu", std::make_shared<nn::GELU>());
+    c_fc_->keep_bf16_activations(true);  // it feeds the GELU alone, which reads bf16
     gelu_->keep_bf16_activations(true);  // it feeds c_proj alone (docs/PRECISION.md)
     c_proj_ = register_module("c_proj", std::make_shared<nn::Linear>(4 * c.n_embd, c.n_embd, c.bias));
     dropout_ = register_module("dropout", std::make_shared<nn::Dropout>(c.dropout));
@@ -61,12 +62,15 @@ Variable CausalSelfAttention::forward(ExecutionContext& ctx, const Variable& x) 
 Variable CausalSelfAttention::forward(ExecutionContext& ctx, const Variable& x, Tensor* k_cache, Tensor* v_cache) {
   const Shape s = x.shape();
   const int64_t b = s[0], t = s[1], c = s[2], h = n_head_, d = c / h;
-  Variable qkv = c_attn_->forward(ctx, x);  // (B, T, 3C)
   const float p = is_training() ? dropout_ : 0.0f;
   if (k_cache == nullptr) {  // training and evaluation: the heads split and merge inside the op
-    Variable y = autograd::packed_self_attention(ctx, qkv, h, p, true);  // (B, T, C)
+    // Under precision: bf16, q, k, v and y are stored in bf16 (autocast's dtypes): attention and c_proj
+    // round them anyway, so the f32 copies would only cost memory and casts.
+    Variable qkv = autograd::linear(ctx, x, c_attn_->weight(), c_attn_->bias(), true);  // (B, T, 3C)
+    Variable y = autograd::packed_self_attention(ctx, qkv, h, p, true, std::nullopt, true);  // (B, T, C)
     return resid_dropout_->forward(ctx, c_proj_->forward(ctx, y));
   }
+  Variable qkv = c_attn_->forward(ctx, x);  // (B, T, 3C)
   const int perm[] = {2, 0, 3, 1, 4};  // (B, T, 3, H, D) -> (3, B, H, T, D)
   Variable heads = autograd::permute(ctx, autograd::reshape(ctx, qkv, Shape{b, t, 3, h, d}), perm);
   std::vector<Variable> parts = autograd::split(ctx, heads, 1, 0);

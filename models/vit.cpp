@@ -57,6 +57,7 @@ VitEncoderBlock::VitEncoderBlock(const VitConfig& c) {
       if (name == "bias") nn::init::normal(p.value(), 1e-6f);
     }
   }
+  fc1->keep_bf16_activations(true);  // it feeds the GELU alone, which reads bf16 (docs/PRECISION.md)
   // The GELU's output reaches mlp.3 through a dropout, which reads f32 unless it is the identity (p 0).
   auto gelu = std::make_shared<nn::GELU>();
   gelu->keep_bf16_activations(c.dropout == 0.0f);

@@ -38,8 +38,12 @@ Variable relu(ExecutionContext& ctx, const Variable& x);
 Variable max_pool2d(ExecutionContext& ctx, const Variable& x, const Pool2dParams& params);
 Variable avg_pool2d(ExecutionContext& ctx, const Variable& x, const Pool2dParams& params);
 Variable global_avg_pool(ExecutionContext& ctx, const Variable& x);  // (N, C, H, W) -> (N, C, 1, 1)
-// (N..., in) x, (out, in) w, (out) b or undefined -> (N..., out)
-Variable linear(ExecutionContext& ctx, const Variable& x, const Variable& w, const Variable& b);
+// (N..., in) x, (out, in) w, (out) b or undefined -> (N..., out). bf16_output: under precision: bf16,
+// where the device keeps activations in bf16, y is stored in bf16, rounded once from the f32
+// accumulation plus the bias's bf16 shadow (backend::linear_forward): for a layer whose output only
+// feeds products that round it anyway (packed_self_attention's qkv). The backward is unchanged.
+Variable linear(ExecutionContext& ctx, const Variable& x, const Variable& w, const Variable& b,
+                bool bf16_output = false);
 // torch.matmul of matrices: (..., M, K) a, (..., K, N) b, batch dimensions broadcast.
 Variable matmul(ExecutionContext& ctx, const Variable& a, const Variable& b);
 // a + b, a - b, a * b, a / b with NumPy broadcasting; the gradient of a broadcast input is summed
@@ -127,8 +131,11 @@ Variable scaled_dot_product_attention(ExecutionContext& ctx, const Variable& q, 
 // Self-attention of a packed projection: qkv (B, T, 3 H D), nn.Linear(C, 3C)'s output, -> (B, T, H D),
 // the same values as splitting q, k and v into (B, H, T, D) heads, scaled_dot_product_attention and
 // merging the heads back, without those copies where the device reads qkv by strides (CUDA). No mask.
+// qkv may be bf16 (linear's bf16_output). bf16_output: as linear's, y stored in bf16 (rounded once),
+// for an output that feeds the output projection alone, which rounds it anyway.
 Variable packed_self_attention(ExecutionContext& ctx, const Variable& qkv, int64_t heads, float dropout_p = 0.0f,
-                               bool is_causal = false, std::optional<float> scale = std::nullopt);
+                               bool is_causal = false, std::optional<float> scale = std::nullopt,
+                               bool bf16_output = false);
 // Rows of weight (V, D) by i64 ids of any shape -> (ids..., D).
 Variable embedding(ExecutionContext& ctx, const Variable& weight, const Tensor& ids);
 

@@ -191,9 +191,9 @@ Variable gelu(ExecutionContext& ctx, const Variable& x, bool tanh_approximation,
   if (tracing()) trace_attributes("gelu", {{"approximate", std::string(tanh_approximation ? "tanh" : "none")}});
   const UnaryOp op = tanh_approximation ? UnaryOp::kGeluTanh : UnaryOp::kGeluErf;
   if (!bf16_output) return unary_op(ctx, "gelu", op, x);
-  // The f32 result lives only until it is rounded: the graph keeps the bf16 one.
+  // Written in bf16 at once where the device keeps bf16 activations: the graph keeps the bf16 y.
   Tensor xv = x.value();
-  Tensor y = backend::bf16_operand(ctx, backend::unary(ctx, op, xv));
+  Tensor y = backend::unary(ctx, op, xv, true);
   return make_op("gelu", std::move(y), {x}, [&ctx, op, xv](const Tensor& dy) {
     return std::vector<Tensor>{backend::unary_backward(ctx, op, xv, Tensor(), dy)};
   });

@@ -14,8 +14,8 @@ namespace tandem::autograd {
 Variable layer_norm(ExecutionContext& ctx, const Variable& x, int normalized_dims, const Variable& weight,
                     const Variable& bias, float eps, bool bf16_output) {
   Tensor w = weight.defined() ? weight.value() : Tensor(), b = bias.defined() ? bias.value() : Tensor();
-  backend::LayerNormForward f = backend::layer_norm_forward(ctx, x.value(), normalized_dims, w, b, eps);
-  if (bf16_output) f.y = backend::bf16_operand(ctx, f.y);  // the f32 y is freed here
+  // bf16_output: y written in bf16 at once where the device keeps bf16 activations.
+  backend::LayerNormForward f = backend::layer_norm_forward(ctx, x.value(), normalized_dims, w, b, eps, bf16_output);
   std::vector<Variable> inputs{x};
   if (weight.defined()) inputs.push_back(weight);
   if (bias.defined()) inputs.push_back(bias);
@@ -53,10 +53,10 @@ namespace {
 // Under bf16 autocast (where the device takes bf16 operands) x and dy are rounded once for the
 // layer's passes, as a convolution's are; x's bf16 copy is what the weight gradient keeps. The
 // weight's bf16 shadow serves both of its products (rounded by the optimizer's last update).
-Variable linear_2d(ExecutionContext& ctx, const Variable& x, const Variable& w, const Variable& b) {
+Variable linear_2d(ExecutionContext& ctx, const Variable& x, const Variable& w, const Variable& b, bool bf16_output) {
   Tensor bias = b.defined() ? b.value() : Tensor();
   Tensor xv = backend::bf16_operand(ctx, x.value()), wv = backend::bf16_weight(ctx, w.value());
-  Tensor y = backend::linear_forward(ctx, xv, wv, bias);
+  Tensor y = backend::linear_forward(ctx, xv, wv, bias, bf16_output);
   std::vector<Variable> inputs{x, w};
   if (b.defined()) inputs.push_back(b);
   bool need_dx = x.requires_grad(), with_bias = b.defined();
@@ -73,14 +73,14 @@ Variable linear_2d(ExecutionContext& ctx, const Variable& x, const Variable& w, 
 
 }  // namespace
 
-Variable linear(ExecutionContext& ctx, const Variable& x, const Variable& w, const Variable& b) {
+Variable linear(ExecutionContext& ctx, const Variable& x, const Variable& w, const Variable& b, bool bf16_output) {
   const Shape s = x.shape();
-  if (s.rank() == 2) return linear_2d(ctx, x, w, b);
+  if (s.rank() == 2) return linear_2d(ctx, x, w, b, bf16_output);
   TANDEM_CHECK(s.rank() >= 1, ErrorCode::kInvalidArgument, "linear: x must have a feature dimension, got {}",
                x.value().describe());
   // Leading dimensions fold into rows and unfold after: (N..., in) -> (rows, in) -> (N..., out).
   const int64_t in = s[s.rank() - 1], rows = in > 0 ? s.numel() / in : 0;
-  Variable y = linear_2d(ctx, reshape(ctx, x, Shape{rows, in}), w, b);
+  Variable y = linear_2d(ctx, reshape(ctx, x, Shape{rows, in}), w, b, bf16_output);
   std::vector<int64_t> out(s.dims().begin(), s.dims().end());
   out.back() = w.shape()[0];
   return reshape(ctx, y, Shape(std::span<const int64_t>(out)));
@@ -131,7 +131,7 @@ Variable scaled_dot_product_attention(ExecutionContext& ctx, const Variable& q, 
 }
 
 Variable packed_self_attention(ExecutionContext& ctx, const Variable& qkv, int64_t heads, float dropout_p,
-                               bool is_causal, std::optional<float> scale) {
+                               bool is_causal, std::optional<float> scale, bool bf16_output) {
   backend::AttentionParams p;
   const Shape s = qkv.shape();
   const int64_t d = s.rank() == 3 && heads > 0 ? s[2] / (3 * heads) : 0;  // the backend checks the rest
@@ -140,7 +140,7 @@ Variable packed_self_attention(ExecutionContext& ctx, const Variable& qkv, int64
   p.dropout_p = dropout_p;
   // Drawn as scaled_dot_product_attention draws it, so a model moved onto this op keeps its stream.
   p.dropout_seed = dropout_p > 0.0f ? ctx.generator().next_u64() : 0;
-  backend::AttentionForward f = backend::packed_attention_forward(ctx, p, heads, qkv.value());
+  backend::AttentionForward f = backend::packed_attention_forward(ctx, p, heads, qkv.value(), bf16_output);
   Tensor qkvv = qkv.value(), y = f.y, lse = f.lse;
   if (tracing()) {
     trace_attributes("packed_self_attention", {{"heads", heads}, {"scale", double{p.scale}},

@@ -92,6 +92,8 @@ struct KernelTable {
   void (*matmul)(Ctx&, const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b, Tensor& c) = nullptr;
   // (N, in) x, (out, in) w, (out) b or undefined -> (N, out) y = x w^T + b. With to_bf16, x (forward,
   // backward weights) and dy (both backwards) may be bf16, as the convolutions' (ops.h: bf16_operand).
+  // With from_bf16 set, y may be bf16 (ops.h: linear_forward's bf16_output), and b is then bf16 too:
+  // the f32 sum of the products and the widened bias, rounded to nearest even once.
   void (*linear_forward)(Ctx&, const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) = nullptr;
   // dx = dy w
   void (*linear_backward_data)(Ctx&, const Tensor& dy, const Tensor& w, Tensor& dx) = nullptr;
@@ -175,9 +177,11 @@ struct KernelTable {
                       int64_t length) = nullptr;
   // y = a op b, both broadcast to y's shape.
   void (*binary)(Ctx&, BinaryOp op, const Tensor& a, const Tensor& b, Tensor& y) = nullptr;
-  // y = f(x) elementwise (x and y may be channels_last: the layout does not matter).
+  // y = f(x) elementwise (x and y may be channels_last: the layout does not matter). With from_bf16
+  // set, x and y may each be bf16: x read as its widened values, y the f32 value rounded once.
   void (*unary)(Ctx&, UnaryOp op, const Tensor& x, Tensor& y) = nullptr;
-  // dx = dy f'(x), with y = f(x) given too (some derivatives read it).
+  // dx = dy f'(x), with y = f(x) given too (some derivatives read it; for GELU y is any f32 tensor
+  // of x's shape, unread). x may be bf16 as unary's; y, dy and dx are f32.
   void (*unary_backward)(Ctx&, UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) = nullptr;
   // y = value where mask (u8, broadcast to x's shape) is not 0, else x.
   void (*masked_fill)(Ctx&, const Tensor& x, const Tensor& mask, float value, Tensor& y) = nullptr;
@@ -192,6 +196,7 @@ struct KernelTable {
   void (*softmax_backward)(Ctx&, const Tensor& y, const Tensor& dy, int axis, bool log, Tensor& dx) = nullptr;
   // (M, N) x, each row normalised: y = (x - mean) / sqrt(var + eps) * gamma + beta; gamma and beta
   // (N) may be undefined (no scale, no shift). mean and var (M): the rows' mean and biased variance.
+  // With from_bf16 set, y may be bf16: the f32 result rounded once.
   void (*layer_norm_forward)(Ctx&, float eps, const Tensor& x, const Tensor& gamma, const Tensor& beta, Tensor& y,
                              Tensor& mean, Tensor& var) = nullptr;
   // From the forward's mean and var; dgamma and dbeta are undefined where not wanted.
@@ -215,6 +220,8 @@ struct KernelTable {
   // holds q, k and v of head h at columns [h D, (h + 1) D) of its first, second and third H D columns
   // (the output of nn.Linear(C, 3C), as nanoGPT and nn.MultiheadAttention pack them) -> y (B, T, H D),
   // the heads merged as the output projection reads them, and lse (B, H, T). No mask; Tq = Tk = T.
+  // With from_bf16 set, qkv and y (forward and backward) may each be bf16: y is then rounded once
+  // from the f32 result, and the backward's row term reads the bf16 y as it is.
   // ops.h calls these only where packed_attention_supported says so (null: never), and otherwise
   // splits the heads, calls attention_forward / attention_backward and merges them.
   bool (*packed_attention_supported)(Ctx&, const AttentionParams& p, int64_t head_dim) = nullptr;

@@ -15,18 +15,6 @@ using namespace detail;
 constexpr std::string_view kNchw = "(N, C, H, W)";
 constexpr std::string_view kWeights = "(K, C/groups, R, S)";
 
-// Whether the context computes in bf16 on a device that keeps activations in bf16 between ops.
-bool keeps_bf16(const Ctx& ctx) {
-  return ctx.options().precision == Precision::kBf16 && table(ctx).from_bf16 != nullptr &&
-         table(ctx).to_bf16 != nullptr;
-}
-
-// f32, or bf16 where the device keeps activations in bf16: what a batch norm's x (a convolution's
-// bf16 output) and shortcut, relu_backward's y and the pooling ops' x may be.
-DType activation_dtype(const Ctx& ctx, const Tensor& t) {
-  return t.defined() && t.dtype() == DType::kBF16 && keeps_bf16(ctx) ? DType::kBF16 : DType::kF32;
-}
-
 void check_bn_params(std::string_view op, const Ctx& ctx, const Tensor& x, const Tensor& gamma) {
   check_tensor(op, "x", x, ctx, activation_dtype(ctx, x), 4, kNchw);
   check_vector(op, "gamma", gamma, ctx, x.dim(1), "channels", "x", x.shape());
@@ -35,14 +23,6 @@ void check_bn_params(std::string_view op, const Ctx& ctx, const Tensor& x, const
 // What a batch norm made with p writes its training y and its dx in.
 DType bn_activation_dtype(const Ctx& ctx, const BatchNormParams& p) {
   return p.bf16_activations && keeps_bf16(ctx) ? DType::kBF16 : DType::kF32;
-}
-
-// x, widened to f32 where it is a bf16 activation: for the ops that read f32 only.
-Tensor widened(Ctx& ctx, const Tensor& x) {
-  if (x.dtype() != DType::kBF16) return x;
-  Tensor y = like(ctx, x.shape(), x.format());
-  table(ctx).from_bf16(ctx, x, y);
-  return y;
 }
 
 }  // namespace

@@ -98,7 +98,10 @@ Tensor global_avg_pool_backward(Ctx&, const Tensor& dy, const Shape& x_shape);
 
 Tensor matmul(Ctx&, const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
 // w: f32, or its bf16_operand (a weight used by several products, rounded once for all of them).
-Tensor linear_forward(Ctx&, const Tensor& x, const Tensor& w, const Tensor& b = {});
+// bf16_output: where the device keeps activations in bf16 under precision: bf16, y is bf16: x w^T
+// accumulated in f32, plus b's bf16 shadow (bf16_weight: autocast rounds the bias too), rounded once.
+// For a layer whose output only feeds products that round it anyway (attention's packed q, k, v).
+Tensor linear_forward(Ctx&, const Tensor& x, const Tensor& w, const Tensor& b = {}, bool bf16_output = false);
 Tensor linear_backward_data(Ctx&, const Tensor& dy, const Tensor& w);
 struct LinearWeightGrads {
   Tensor dw, db;  // db undefined when with_bias is false
@@ -176,8 +179,11 @@ Tensor narrow(Ctx&, const Tensor& x, int dim, int64_t start, int64_t length);  /
 void narrow_assign(Ctx&, Tensor& dst, int dim, int64_t start, const Tensor& src);
 Tensor concat(Ctx&, std::span<const Tensor> xs, int dim);
 Tensor binary(Ctx&, BinaryOp op, const Tensor& a, const Tensor& b);  // broadcasting
-Tensor unary(Ctx&, UnaryOp op, const Tensor& x);
-// y may be undefined for GELU, whose derivative reads x alone (a GELU that kept a bf16 output).
+// Where the device keeps activations in bf16 (precision: bf16), x may be bf16 (linear_forward's
+// bf16_output), read as its widened values, and bf16_output makes y bf16, rounded once.
+Tensor unary(Ctx&, UnaryOp op, const Tensor& x, bool bf16_output = false);
+// y may be undefined for GELU, whose derivative reads x alone (a GELU that kept a bf16 output); x
+// may be bf16 as unary's.
 Tensor unary_backward(Ctx&, UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy);
 Tensor masked_fill(Ctx&, const Tensor& x, const Tensor& mask, float value);  // mask u8, broadcast to x
 // Over dims (all of them when empty), keeping each as size 1 when keepdim.
@@ -197,9 +203,10 @@ struct LayerNormForward {
   Tensor y, mean, var;  // mean and var (rows): per normalised row, for the backward
 };
 // Normalises x over its last normalized_dims dimensions; weight and bias have their element count
-// (either may be undefined).
+// (either may be undefined). bf16_output: where the device keeps activations in bf16 (precision:
+// bf16), y is bf16, the f32 result rounded once (mean and var stay f32).
 LayerNormForward layer_norm_forward(Ctx&, const Tensor& x, int normalized_dims, const Tensor& weight,
-                                    const Tensor& bias, float eps);
+                                    const Tensor& bias, float eps, bool bf16_output = false);
 struct LayerNormGrads {
   Tensor dx, dweight, dbias;  // dweight undefined without weight, dbias without with_bias
 };
@@ -222,8 +229,11 @@ AttentionGrads attention_backward(Ctx&, const AttentionParams& p, const Tensor& 
 
 // Self-attention on a packed projection (kernels.h: packed_attention_forward): qkv (B, T, 3 H D) ->
 // y (B, T, H D) and lse (B, H, T), with the heads split and merged by the device's kernels where it
-// reads qkv by strides, and by copies around attention_forward where it does not. No mask.
-AttentionForward packed_attention_forward(Ctx&, const AttentionParams& p, int64_t heads, const Tensor& qkv);
+// reads qkv by strides, and by copies around attention_forward where it does not. No mask. Where the
+// device keeps activations in bf16 (precision: bf16), qkv may be bf16 (linear_forward's bf16_output)
+// and bf16_output makes y bf16, rounded once; y's backward then takes the bf16 y.
+AttentionForward packed_attention_forward(Ctx&, const AttentionParams& p, int64_t heads, const Tensor& qkv,
+                                          bool bf16_output = false);
 // dqkv (B, T, 3 H D), from the forward's y and lse.
 Tensor packed_attention_backward(Ctx&, const AttentionParams& p, int64_t heads, const Tensor& qkv, const Tensor& y,
                                  const Tensor& lse, const Tensor& dy);

@@ -42,22 +42,27 @@ Tensor matmul(Ctx& ctx, const Tensor& a, const Tensor& b, bool transpose_a, bool
   return c;
 }
 
-Tensor linear_forward(Ctx& ctx, const Tensor& x, const Tensor& w, const Tensor& b) {
+Tensor linear_forward(Ctx& ctx, const Tensor& x, const Tensor& w, const Tensor& b_in, bool bf16_output) {
   constexpr std::string_view op = "linear_forward";
+  const bool bf16_y = bf16_output && keeps_bf16(ctx);
   check_tensor(op, "x", x, ctx, operand_dtype(ctx, x), 2, "(N, in)");
   check_tensor(op, "w", w, ctx, operand_dtype(ctx, w), 2, "(out, in)");
   TANDEM_CHECK(w.dim(1) == x.dim(1), ErrorCode::kInvalidArgument,
                "{}: w has shape {} but x has {} features ({}); w must be (out, {})", op, w.shape().str(), x.dim(1),
                x.shape().str(), x.dim(1));
-  if (b.defined()) check_vector(op, "b", b, ctx, w.dim(0), "outputs", "w", w.shape());
+  if (b_in.defined()) check_vector(op, "b", b_in, ctx, w.dim(0), "outputs", "w", w.shape());
   auto fn = entry(table(ctx).linear_forward, op, ctx);
-  Tensor y = like(ctx, {x.dim(0), w.dim(0)}, MemoryFormat::kContiguous);
-  if (y.numel() == 0) return y;
-  if (x.dim(1) == 0) {  // no input features: every row is the bias, or zeros
-    if (b.defined()) return expand(ctx, b.reshape({1, w.dim(0)}), y.shape());
-    fill(ctx, 0.0f, y);
-    return y;
+  const Shape y_shape{x.dim(0), w.dim(0)};
+  if (x.dim(1) == 0 && y_shape.numel() > 0) {  // no input features: every row is the bias, or zeros
+    Tensor y = b_in.defined() ? expand(ctx, b_in.reshape({1, w.dim(0)}), y_shape)
+                              : like(ctx, y_shape, MemoryFormat::kContiguous);
+    if (!b_in.defined()) fill(ctx, 0.0f, y);
+    return bf16_y ? bf16_operand(ctx, y) : y;
   }
+  Tensor y = like(ctx, y_shape, MemoryFormat::kContiguous, bf16_y ? DType::kBF16 : DType::kF32);
+  if (y.numel() == 0) return y;
+  // A bf16 y takes its bias in bf16 (cuBLASLt's epilogue reads the bias in D's type; autocast rounds it too).
+  const Tensor b = bf16_y && b_in.defined() ? bf16_weight(ctx, b_in) : b_in;
   fn(ctx, x, w, b, y);
   return y;
 }

@@ -169,17 +169,18 @@ Tensor binary(Ctx& ctx, BinaryOp bop, const Tensor& a_in, const Tensor& b_in) {
   return y;
 }
 
-Tensor unary(Ctx& ctx, UnaryOp uop, const Tensor& x) {
+Tensor unary(Ctx& ctx, UnaryOp uop, const Tensor& x, bool bf16_output) {
   constexpr std::string_view op = "unary";
-  check_tensor(op, "x", x, ctx, DType::kF32, -1, "");
-  Tensor y = Tensor::empty(x.shape(), DType::kF32, ctx.device(), x.format());  // pointwise: any layout
+  check_tensor(op, "x", x, ctx, activation_dtype(ctx, x), -1, "");
+  const DType y_type = bf16_output && keeps_bf16(ctx) ? DType::kBF16 : DType::kF32;
+  Tensor y = Tensor::empty(x.shape(), y_type, ctx.device(), x.format());  // pointwise: any layout
   entry(table(ctx).unary, op, ctx)(ctx, uop, x, y);
   return y;
 }
 
 Tensor unary_backward(Ctx& ctx, UnaryOp uop, const Tensor& x, const Tensor& y, const Tensor& dy) {
   constexpr std::string_view op = "unary_backward";
-  check_tensor(op, "x", x, ctx, DType::kF32, -1, "");
+  check_tensor(op, "x", x, ctx, activation_dtype(ctx, x), -1, "");
   const bool gelu = uop == UnaryOp::kGeluErf || uop == UnaryOp::kGeluTanh;
   TANDEM_CHECK(y.defined() || gelu, ErrorCode::kInvalidArgument,
                "{}: y is undefined, but this op's derivative reads its forward output", op);
@@ -187,8 +188,8 @@ Tensor unary_backward(Ctx& ctx, UnaryOp uop, const Tensor& x, const Tensor& y, c
   check_same(op, "x", x, "y", y.defined() ? y : x);
   check_same(op, "x", x, "dy", dy);
   Tensor dx = Tensor::empty(x.shape(), DType::kF32, ctx.device(), x.format());
-  // Without y, x stands in for it: no kernel reads y for GELU.
-  entry(table(ctx).unary_backward, op, ctx)(ctx, uop, x, y.defined() ? y : x, dy, dx);
+  // Without y, dy stands in for it (f32, of x's shape): no kernel reads y for GELU.
+  entry(table(ctx).unary_backward, op, ctx)(ctx, uop, x, y.defined() ? y : dy, dy, dx);
   return dx;
 }
 

@@ -27,7 +27,7 @@ Shape leading(const Shape& s, int keep_last) {
 }  // namespace
 
 LayerNormForward layer_norm_forward(Ctx& ctx, const Tensor& x_in, int normalized_dims, const Tensor& gamma,
-                                    const Tensor& beta, float eps) {
+                                    const Tensor& beta, float eps, bool bf16_output) {
   constexpr std::string_view op = "layer_norm_forward";
   check_tensor(op, "x", x_in, ctx, DType::kF32, -1, "");
   Tensor x = contiguous(ctx, x_in);
@@ -43,7 +43,8 @@ LayerNormForward layer_norm_forward(Ctx& ctx, const Tensor& x_in, int normalized
     TANDEM_CHECK(!p->defined() || p->numel() == n, ErrorCode::kInvalidArgument,
                  "{}: weight and bias must have the normalized shape's {} elements, got {}", op, n, p->describe());
   }
-  LayerNormForward out{Tensor::empty(x.shape(), DType::kF32, ctx.device()),
+  const DType y_type = bf16_output && keeps_bf16(ctx) ? DType::kBF16 : DType::kF32;
+  LayerNormForward out{Tensor::empty(x.shape(), y_type, ctx.device()),
                        Tensor::empty({rows}, DType::kF32, ctx.device()),
                        Tensor::empty({rows}, DType::kF32, ctx.device())};
   TANDEM_CHECK(n > 0, ErrorCode::kInvalidArgument, "{}: the normalized shape of x {} holds no element", op,
@@ -179,7 +180,7 @@ struct PackedShape {
 
 PackedShape check_packed(std::string_view op, const Ctx& ctx, const AttentionParams& p, int64_t heads,
                          const Tensor& qkv) {
-  check_tensor(op, "qkv", qkv, ctx, DType::kF32, 3, "(B, T, 3 H D)");
+  check_tensor(op, "qkv", qkv, ctx, activation_dtype(ctx, qkv), 3, "(B, T, 3 H D)");
   TANDEM_CHECK(qkv.format() == MemoryFormat::kContiguous, ErrorCode::kInvalidArgument,
                "{}: qkv {} must be contiguous", op, qkv.describe());
   TANDEM_CHECK(heads >= 1, ErrorCode::kInvalidArgument, "{}: heads must be at least 1, got {}", op, heads);
@@ -196,7 +197,7 @@ PackedShape check_packed(std::string_view op, const Ctx& ctx, const AttentionPar
 // The forward's y (B, T, H D) and lse (B, H, T) for qkv, and dy of y's shape.
 void check_packed_saved(std::string_view op, const Ctx& ctx, const PackedShape& s, const Tensor& qkv,
                         const Tensor& y, const Tensor& lse, const Tensor& dy) {
-  check_tensor(op, "y", y, ctx, DType::kF32, 3, "(B, T, H D)");
+  check_tensor(op, "y", y, ctx, activation_dtype(ctx, y), 3, "(B, T, H D)");
   TANDEM_CHECK(y.shape() == (Shape{s.b, s.t, s.c()}), ErrorCode::kInvalidArgument,
                "{}: y {} must be (B, T, H D) = ({}, {}, {}) for qkv {}", op, y.shape().str(), s.b, s.t, s.c(),
                qkv.shape().str());
@@ -234,22 +235,22 @@ Tensor unmerge_heads(Ctx& ctx, const Tensor& x, const PackedShape& s) {
 
 }  // namespace
 
-AttentionForward packed_attention_forward(Ctx& ctx, const AttentionParams& p, int64_t heads, const Tensor& qkv) {
+AttentionForward packed_attention_forward(Ctx& ctx, const AttentionParams& p, int64_t heads, const Tensor& qkv,
+                                          bool bf16_output) {
   constexpr std::string_view op = "packed_self_attention";
   const PackedShape s = check_packed(op, ctx, p, heads, qkv);
-  if (s.b == 0 || s.t == 0) {  // an empty batch or sequence: empty results, as PyTorch's
-    return {Tensor::empty({s.b, s.t, s.c()}, DType::kF32, ctx.device()),
-            Tensor::empty({s.b, s.h, s.t}, DType::kF32, ctx.device())};
-  }
-  if (packed_kernels(ctx, p, s)) {
-    AttentionForward out{Tensor::empty({s.b, s.t, s.c()}, DType::kF32, ctx.device()),
+  const bool bf16_y = bf16_output && keeps_bf16(ctx);
+  // An empty batch or sequence gives empty results, as PyTorch's.
+  if (packed_kernels(ctx, p, s) || s.b == 0 || s.t == 0) {
+    AttentionForward out{Tensor::empty({s.b, s.t, s.c()}, bf16_y ? DType::kBF16 : DType::kF32, ctx.device()),
                          Tensor::empty({s.b, s.h, s.t}, DType::kF32, ctx.device())};
-    entry(table(ctx).packed_attention_forward, op, ctx)(ctx, p, heads, qkv, out.y, out.lse);
+    if (out.y.numel() > 0) entry(table(ctx).packed_attention_forward, op, ctx)(ctx, p, heads, qkv, out.y, out.lse);
     return out;
   }
-  const std::array<Tensor, 3> h = split_heads(ctx, qkv, s);
+  const std::array<Tensor, 3> h = split_heads(ctx, widened(ctx, qkv), s);
   AttentionForward f = attention_forward(ctx, p, h[0], h[1], h[2]);
-  return {merge_heads(ctx, f.y, s), std::move(f.lse)};
+  const Tensor y = merge_heads(ctx, f.y, s);
+  return {bf16_y ? bf16_operand(ctx, y) : y, std::move(f.lse)};  // bf16: y rounded once
 }
 
 Tensor packed_attention_backward(Ctx& ctx, const AttentionParams& p, int64_t heads, const Tensor& qkv,
@@ -263,9 +264,9 @@ Tensor packed_attention_backward(Ctx& ctx, const AttentionParams& p, int64_t hea
     entry(table(ctx).packed_attention_backward, op, ctx)(ctx, p, heads, qkv, y, lse, dy, dqkv);
     return dqkv;
   }
-  const std::array<Tensor, 3> h = split_heads(ctx, qkv, s);
-  AttentionGrads g = attention_backward(ctx, p, h[0], h[1], h[2], Tensor(), unmerge_heads(ctx, y, s), lse,
-                                        unmerge_heads(ctx, dy, s));
+  const std::array<Tensor, 3> h = split_heads(ctx, widened(ctx, qkv), s);
+  AttentionGrads g = attention_backward(ctx, p, h[0], h[1], h[2], Tensor(), unmerge_heads(ctx, widened(ctx, y), s),
+                                        lse, unmerge_heads(ctx, dy, s));
   // (3, B, H, T, D) -> (B, T, 3, H, D): the inverse of split_heads' permutation.
   const Tensor grads[] = {g.dq.reshape({1, s.b, s.h, s.t, s.d}), g.dk.reshape({1, s.b, s.h, s.t, s.d}),
                           g.dv.reshape({1, s.b, s.h, s.t, s.d})};

@@ -107,6 +107,22 @@ DType operand_dtype(const Ctx& ctx, const Tensor& t) {
   return bf16 ? DType::kBF16 : DType::kF32;
 }
 
+bool keeps_bf16(const Ctx& ctx) {
+  return ctx.options().precision == Precision::kBf16 && table(ctx).from_bf16 != nullptr &&
+         table(ctx).to_bf16 != nullptr;
+}
+
+DType activation_dtype(const Ctx& ctx, const Tensor& t) {
+  return t.defined() && t.dtype() == DType::kBF16 && keeps_bf16(ctx) ? DType::kBF16 : DType::kF32;
+}
+
+Tensor widened(Ctx& ctx, const Tensor& x) {
+  if (x.dtype() != DType::kBF16) return x;
+  Tensor y = like(ctx, x.shape(), x.format());
+  table(ctx).from_bf16(ctx, x, y);
+  return y;
+}
+
 void throw_unimplemented(std::string_view op, const Ctx& ctx) {
   throw_error(ErrorCode::kUnimplemented, "{} is not implemented on {}: its backend does not provide this kernel",
               op, ctx.device().str());

@@ -41,6 +41,15 @@ const KernelTable& table(const Ctx& ctx);
 // What an operand of a product (a convolution's or a linear layer's x and dy) may be: f32, or bf16
 // where t is bf16 and the context computes in bf16 on a device that takes bf16 operands.
 DType operand_dtype(const Ctx& ctx, const Tensor& t);
+// Whether the context computes in bf16 on a device that keeps activations in bf16 between ops
+// (KernelTable::from_bf16 and to_bf16 set).
+bool keeps_bf16(const Ctx& ctx);
+// f32, or bf16 where t is bf16 and the device keeps activations in bf16: what a batch norm's x (a
+// convolution's bf16 output) and shortcut, relu_backward's y, the pooling ops' x and packed
+// attention's qkv and y may be.
+DType activation_dtype(const Ctx& ctx, const Tensor& t);
+// x, widened to f32 where it is a bf16 activation: for the kernels that read f32 only.
+Tensor widened(Ctx& ctx, const Tensor& x);
 [[noreturn]] void throw_unimplemented(std::string_view op, const Ctx& ctx);
 
 // The kernel entry, or Unimplemented naming the op and the device when the device lacks it.

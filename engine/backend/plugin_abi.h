@@ -22,9 +22,12 @@ extern "C" {
 // 9: KernelTable::to_bf16. 10: KernelTable::from_bf16.
 // 11: the kernel table gained packed attention (packed_attention_supported, _forward, _backward).
 // 12: linear_backward_weights_add and softmax_cross_entropy_inplace (the fused classifier).
-// 13: sgd_update and adamw_update write bf16 shadows (w16); Storage holds the shadow; the
-//     factories' arange_fill and random_fill.
-inline constexpr int kTandemCudaPluginAbi = 13;
+// 13: sgd_update and adamw_update write bf16 shadows (w16); Storage holds the shadow.
+// 14: the factories' arange_fill and random_fill; where from_bf16 is set, bf16 tensors in more
+//     entries (conv2d_forward's y, training batch norm's x, linear_forward's y and b, unary's x and
+//     y, unary_backward's x, layer_norm_forward's y, packed attention's qkv and y), which a plugin
+//     of an older contract would refuse by dtype.
+inline constexpr int kTandemCudaPluginAbi = 14;
 inline constexpr const char* kTandemCudaPluginEntry = "tandem_cuda_plugin_init";
 // Returns the kernel table without initialising CUDA (no driver call): for tests and the doctor.
 inline constexpr const char* kTandemCudaKernelTableEntry = "tandem_cuda_kernel_table";

@@ -74,9 +74,14 @@ class Linear : public Module {
   Variable forward(ExecutionContext& ctx, const Variable& x) override;  // (N, in) -> (N, out)
   const Variable& weight() const { return weight_; }  // (out, in)
   const Variable& bias() const { return bias_; }      // (out), or undefined
+  // Under precision: bf16, on a device that keeps activations in bf16, the output is stored in bf16
+  // (autograd::linear's bf16_output): for a layer whose output goes to products alone that round
+  // it anyway (a transformer's packed q, k, v projection). Off by default; the backward is unchanged.
+  void keep_bf16_activations(bool on) { bf16_output_ = on; }
 
  private:
   Variable weight_, bias_;
+  bool bf16_output_ = false;
 };
 
 class ReLU : public Module {

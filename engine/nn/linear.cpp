@@ -21,7 +21,7 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool bias) {
 }
 
 Variable Linear::forward(ExecutionContext& ctx, const Variable& x) {
-  return autograd::linear(ctx, x, weight_, bias_);
+  return autograd::linear(ctx, x, weight_, bias_, bf16_output_);
 }
 
 }  // namespace tandem::nn

@@ -57,11 +57,14 @@ Variable MultiheadAttention::forward(ExecutionContext& ctx, const Variable& x, c
   TANDEM_CHECK(s.rank() == 3 && s[2] == options_.embed_dim, ErrorCode::kInvalidArgument,
                "MultiheadAttention: x must be (N, T, {}) (batch first), got {}", options_.embed_dim, s.str());
   const int64_t n = s[0], t = s[1], e = s[2], h = options_.num_heads, d = e / h;
-  Variable qkv = autograd::linear(ctx, x, in_proj_weight_, in_proj_bias_);  // (N, T, 3E)
   const float p = is_training() ? options_.dropout : 0.0f;
   if (!attn_mask.defined()) {  // the heads split and merge inside the op
-    return out_proj_->forward(ctx, autograd::packed_self_attention(ctx, qkv, h, p, is_causal));
+    // Under precision: bf16, q, k, v and y are stored in bf16 (autocast's dtypes): attention and
+    // out_proj round them anyway.
+    Variable qkv = autograd::linear(ctx, x, in_proj_weight_, in_proj_bias_, true);  // (N, T, 3E)
+    return out_proj_->forward(ctx, autograd::packed_self_attention(ctx, qkv, h, p, is_causal, std::nullopt, true));
   }
+  Variable qkv = autograd::linear(ctx, x, in_proj_weight_, in_proj_bias_);  // (N, T, 3E)
   // (N, T, 3, H, D) -> (3, N, H, T, D): q, k and v each (N, H, T, D), contiguous.
   const int perm[] = {2, 0, 3, 1, 4};
   Variable heads = autograd::permute(ctx, autograd::reshape(ctx, qkv, Shape{n, t, 3, h, d}), perm);

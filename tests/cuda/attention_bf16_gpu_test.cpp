@@ -3,12 +3,13 @@
 // causal and not, dropout (the same mask as the CPU's), lengths that are not a multiple of the 64-row
 // tiles, Tq != Tk both ways (queries that see no key); visibly apart from the GPU's f32 kernels (the
 // tensor cores really ran); the same bits twice. The packed entries (qkv read by strides, y written
-// merged) against the CPU's split-and-merge path, in bf16 and in f32.
+// merged) against the CPU's split-and-merge path, in bf16 and in f32, and on a bf16 qkv writing a bf16 y.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -167,19 +168,64 @@ TEST(CudaAttentionBf16, PackedEntriesRepeatBitwise) {
   EXPECT_TRUE(bitwise_equal(a.y, b.y) && bitwise_equal(a.lse, b.lse) && bitwise_equal(a.dqkv, b.dqkv));
 }
 
+// TANDEM_CUDA_ATTENTION set for a scope, then restored (a run may set it from outside).
+struct KernelChoice {
+  explicit KernelChoice(const char* value) {
+    if (const char* before = std::getenv("TANDEM_CUDA_ATTENTION")) saved = before;
+    setenv("TANDEM_CUDA_ATTENTION", value, 1);
+  }
+  ~KernelChoice() {
+    if (saved) {
+      setenv("TANDEM_CUDA_ATTENTION", saved->c_str(), 1);
+    } else {
+      unsetenv("TANDEM_CUDA_ATTENTION");
+    }
+  }
+  std::optional<std::string> saved;
+  KernelChoice(const KernelChoice&) = delete;
+  KernelChoice& operator=(const KernelChoice&) = delete;
+};
+
+// A bf16 qkv (a linear layer's bf16 output) is read in place and y written in bf16: the bits of the f32
+// y the same kernels give for the widened qkv, rounded, and the same lse. The backward's row term reads
+// the bf16 y, so its gradients stay within bf16's tolerance of the CPU's. Both kernel families: the
+// tensor cores, and the f32 kernels (widening qkv into the workspace; head size 128 splits the heads).
+TEST(CudaAttentionBf16, PackedEntriesTakeABf16QkvAndWriteABf16Y) {
+  TANDEM_REQUIRE_GPU();
+  Contexts ctx;
+  for (const char* kernels : {"auto", "f32"}) {
+    const KernelChoice choice(kernels);
+    for (const Case& c : kCases) {
+      if (c.tq != c.tk) continue;  // self-attention: one T
+      SCOPED_TRACE(describe(c) << " kernels " << kernels);
+      const Tensor qkv16 = bf16_operand(ctx.gpu, gpu(random_tensor({c.b, c.tq, 3 * c.h * c.d}, 35, -2.0f, 2.0f)));
+      const Tensor qkv = Tensor::from_vector(host_values(qkv16), qkv16.shape());  // its f32 values, on the host
+      const Tensor dy = random_tensor({c.b, c.tq, c.h * c.d}, 36);
+      const AttentionForward want = packed_attention_forward(ctx.gpu, params(c), c.h, gpu(qkv));
+      const AttentionForward got = packed_attention_forward(ctx.gpu, params(c), c.h, qkv16, true);
+      ASSERT_EQ(got.y.dtype(), DType::kBF16);
+      EXPECT_TRUE(bitwise_equal(got.y, bf16_operand(ctx.gpu, want.y)));
+      EXPECT_TRUE(bitwise_equal(got.lse, want.lse));
+      const Tensor dqkv = packed_attention_backward(ctx.gpu, params(c), c.h, qkv16, got.y, got.lse, gpu(dy));
+      const PackedResults cpu = run_packed(ctx.cpu, c, qkv, dy);
+      EXPECT_LT(error(got.y, cpu.y), kBf16Tolerance);
+      EXPECT_LT(error(dqkv, cpu.dqkv), kBf16Tolerance);
+    }
+  }
+}
+
 TEST(CudaAttentionBf16, AnUnknownKernelChoiceIsRefusedByName) {
   TANDEM_REQUIRE_GPU();
   Contexts ctx;
   const Case c = kCases[1];
   const Inputs in(c);
-  setenv("TANDEM_CUDA_ATTENTION", "tensorcores", 1);
+  const KernelChoice choice("tensorcores");
   try {
     run(ctx.gpu, c, in);
     ADD_FAILURE() << "TANDEM_CUDA_ATTENTION=tensorcores was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("TANDEM_CUDA_ATTENTION"), std::string::npos) << e.what();
   }
-  unsetenv("TANDEM_CUDA_ATTENTION");
 }
 
 }  // namespace

@@ -5,7 +5,9 @@
 // half a bf16 step of the CPU's f32 results, with f32 statistics, running
 // averages and parameter gradients at f32's tolerance, and repeats bit for bit;
 // relu_backward masks by a bf16 y. A convolution writes a bf16 y when asked
-// (bf16_output), which batch norm reads as its widened values.
+// (bf16_output), which batch norm reads as its widened values. A linear layer
+// writes a bf16 y when asked, a unary op reads a bf16 x and writes a bf16 y,
+// and layer norm writes a bf16 y.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -123,6 +125,67 @@ TEST(CudaBf16Activations, LinearLayersTakeBf16OperandsAsTheirOwnRounding) {
   const LinearWeightGrads from32 = linear_backward_weights(ctx.gpu, x, dy, true);
   EXPECT_TRUE(bitwise_equal(from16.dw, from32.dw));
   EXPECT_TRUE(bitwise_equal(from16.db, from32.db));
+}
+
+// A linear layer asked for a bf16 output: cuBLASLt writes D in bf16 from its f32 accumulator with the
+// bias's bf16 shadow added in the epilogue. Its f32 output with that bias, rounded, may differ where
+// the two algorithms sum in another order: by one bf16 step of the largest value at most (a value
+// that cancels near 0 can be several of its own steps apart); so may the CPU's result of the rounded
+// operands.
+TEST(CudaBf16Activations, LinearLayersWriteABf16OutputWithTheRoundedBias) {
+  TANDEM_REQUIRE_GPU();
+  Contexts ctx;
+  const Tensor x = gpu(random_tensor({37, 64}, 11)), w = gpu(random_tensor({96, 64}, 12));
+  const Tensor b = gpu(random_tensor({96}, 13, -3.0f, 3.0f));
+  const Tensor b_rounded = gpu(Tensor::from_vector(values(bf16_operand(ctx.gpu, b)), b.shape()));
+  for (bool with_bias : {true, false}) {
+    SCOPED_TRACE(with_bias ? "with a bias" : "without a bias");
+    const Tensor y16 = linear_forward(ctx.gpu, x, w, with_bias ? b : Tensor(), true);
+    ASSERT_EQ(y16.dtype(), DType::kBF16);
+    const Tensor y32 = linear_forward(ctx.gpu, x, w, with_bias ? b_rounded : Tensor());
+    EXPECT_LE(rel_error(y16, bf16_operand(ctx.gpu, y32)), 1.0 / 128);  // 2^-7: a step of the largest
+    const Tensor cpu_x = Tensor::from_vector(values(bf16_operand(ctx.gpu, x)), x.shape());
+    const Tensor cpu_w = Tensor::from_vector(values(bf16_operand(ctx.gpu, w)), w.shape());
+    const Tensor cpu_b = with_bias ? b_rounded.to(Device::cpu()) : Tensor();
+    EXPECT_LE(rel_error(y16, linear_forward(ctx.cpu, cpu_x, cpu_w, cpu_b)), 1.0 / 128);
+  }
+  EXPECT_EQ(b.dtype(), DType::kF32);  // the master bias stays f32
+}
+
+// A unary op (the MLP's GELU) reads a bf16 x as its widened values and writes a bf16 y as the f32
+// result of the same kernel rounded, bit for bit; its backward reads the bf16 x the same way.
+TEST(CudaBf16Activations, UnaryOpsReadABf16XAndWriteABf16Y) {
+  TANDEM_REQUIRE_GPU();
+  Contexts ctx;
+  const Tensor x16 = bf16_operand(ctx.gpu, gpu(random_tensor({9, 4, 70}, 14, -4.0f, 4.0f)));
+  const Tensor x = gpu(Tensor::from_vector(values(x16), x16.shape()));  // its f32 values
+  const Tensor dy = gpu(random_tensor({9, 4, 70}, 15));
+  for (UnaryOp op : {UnaryOp::kGeluErf, UnaryOp::kGeluTanh, UnaryOp::kTanh}) {
+    SCOPED_TRACE(::testing::Message() << "op " << static_cast<int>(op));
+    const Tensor want = unary(ctx.gpu, op, x);
+    EXPECT_TRUE(bitwise_equal(unary(ctx.gpu, op, x16), want));
+    const Tensor y16 = unary(ctx.gpu, op, x16, true);
+    ASSERT_EQ(y16.dtype(), DType::kBF16);
+    EXPECT_EQ(bf16_bits(y16), bf16_bits(bf16_operand(ctx.gpu, want)));
+    EXPECT_TRUE(bitwise_equal(unary_backward(ctx.gpu, op, x16, want, dy), unary_backward(ctx.gpu, op, x, want, dy)));
+    EXPECT_LT(rel_error(y16, unary(ctx.cpu, op, x.to(Device::cpu()))), kBf16Tolerance);
+  }
+  EXPECT_TRUE(bitwise_equal(unary_backward(ctx.gpu, UnaryOp::kGeluErf, x16, {}, dy),
+                            unary_backward(ctx.gpu, UnaryOp::kGeluErf, x, {}, dy)));
+}
+
+// Layer norm asked for a bf16 y rounds its f32 y as it stores it: the bits of the f32 output of the
+// same kernel rounded, with the same f32 statistics.
+TEST(CudaBf16Activations, LayerNormWritesABf16Y) {
+  TANDEM_REQUIRE_GPU();
+  Contexts ctx;
+  const Tensor x = gpu(random_tensor({6, 5, 96}, 16, -3.0f, 5.0f));
+  const Tensor w = gpu(random_tensor({96}, 17, 0.5f, 1.5f)), b = gpu(random_tensor({96}, 18));
+  const LayerNormForward want = layer_norm_forward(ctx.gpu, x, 1, w, b, 1e-5f);
+  const LayerNormForward got = layer_norm_forward(ctx.gpu, x, 1, w, b, 1e-5f, true);
+  ASSERT_EQ(got.y.dtype(), DType::kBF16);
+  EXPECT_EQ(bf16_bits(got.y), bf16_bits(bf16_operand(ctx.gpu, want.y)));
+  EXPECT_TRUE(bitwise_equal(got.mean, want.mean) && bitwise_equal(got.var, want.var));
 }
 
 struct BnCase {

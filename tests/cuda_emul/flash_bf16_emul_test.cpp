@@ -5,7 +5,8 @@
 // are not multiples of the 64-row tiles, Tq != Tk both ways (queries that see no key), causal and
 // not, dropout, the (B, H, T, D) and the packed (B, T, 3 H D) layouts. Each problem runs twice, with
 // cp.async copies landing when issued and when waited for (their destination NaN until then): the
-// results must agree to the bit, which also shows the kernels deterministic.
+// results must agree to the bit, which also shows the kernels deterministic. A packed forward asked
+// for a bf16 y writes the f32 y rounded, and the row term reads it.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -95,6 +96,13 @@ std::unique_ptr<DeviceBuffer<T>> upload(const std::vector<T>& v) {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
+float widen(uint16_t bits) {
+  const uint32_t u = uint32_t{bits} << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
 // The forward, delta and backward launches in the order the dispatch makes them
 // (cuda_attention_dispatch.cu), on "device" buffers; outputs start as NaN so that an element no
 // kernel writes is caught.
@@ -126,7 +134,7 @@ RunResult run(const Problem& p, const Inputs& in, bool bf16) {
     f.y = y.data();
     f.lse = lse.data();
     backend::cuda::flash_bf16_forward(f, nullptr);
-    backend::cuda::launch_attention_delta(a, y.data(), dy->data(), delta.data(), nullptr);
+    backend::cuda::launch_attention_delta(a, y.data(), false, dy->data(), delta.data(), nullptr);
     f = FlashBf16Args{};
     f.a = a;
     f.q = q16->data();
@@ -142,7 +150,7 @@ RunResult run(const Problem& p, const Inputs& in, bool bf16) {
     for (const auto* b : {q16.get(), k16.get(), v16.get(), dy16.get()}) expect_canaries(*b, "bf16 input");
   } else {
     backend::cuda::flash_f32_forward(a, q->data(), k_base, v_base, y.data(), lse.data(), nullptr);
-    backend::cuda::launch_attention_delta(a, y.data(), dy->data(), delta.data(), nullptr);
+    backend::cuda::launch_attention_delta(a, y.data(), false, dy->data(), delta.data(), nullptr);
     backend::cuda::flash_f32_backward(
         a,
         F32AttentionGrads{q->data(), k_base, v_base, dy->data(), lse.data(), delta.data(), dq.data(), dk_base, dv_base},
@@ -197,6 +205,56 @@ TEST_P(FlashF32EmulTest, MatchesReferenceAndRepeats) {
   EXPECT_EQ(first.work.mma, 0u);
   expect_within(p, compare(p, first.out, want), kF32Tolerance, "f32");
   EXPECT_TRUE(same_bits(first.out, second.out)) << "two runs differ";
+}
+
+// The packed forward asked for a bf16 y (FlashBf16Args::y16, a GPT's attention under bf16): every
+// element the f32 y of the same launch rounded to nearest even, the same lse, nothing written outside
+// the buffer; the backward's row term reads that bf16 y as its widened values.
+void expect_bf16_y(const Problem& p) {
+  ASSERT_TRUE(p.packed);
+  const AttnLayout a = p.layout();
+  const Inputs in = make_inputs(p, 9);
+  auto qkv16 = upload(to_bf16(in.q));
+  auto dy = upload(in.dy);
+  DeviceBuffer<float> y(p.y_elements(), kNaN), lse(static_cast<size_t>(a.heads * a.tq), kNaN),
+      lse16(static_cast<size_t>(a.heads * a.tq), kNaN), delta(static_cast<size_t>(a.heads * a.tq), kNaN);
+  DeviceBuffer<uint16_t> y16(p.y_elements(), 0x7fc1);  // a NaN that no rounding gives
+  FlashBf16Args f{};
+  f.a = a;
+  f.q = qkv16->data();
+  f.k = qkv16->data() + p.k_offset();
+  f.v = qkv16->data() + p.v_offset();
+  f.y = y.data();
+  f.lse = lse.data();
+  backend::cuda::flash_bf16_forward(f, nullptr);
+  f.y = nullptr;
+  f.y16 = y16.data();
+  f.lse = lse16.data();
+  backend::cuda::flash_bf16_forward(f, nullptr);
+  expect_canaries(y16, "bf16 y");
+  const std::vector<float> y32 = y.values();
+  const std::vector<uint16_t> got = y16.values();
+  size_t wrong = 0;
+  for (size_t i = 0; i < got.size(); ++i) wrong += got[i] != bf16_bits(y32[i]);
+  EXPECT_EQ(wrong, 0u) << "of " << got.size() << " bf16 y values, not the f32 y rounded";
+  EXPECT_EQ(std::memcmp(lse.data(), lse16.data(), lse.size() * sizeof(float)), 0) << "lse differs";
+
+  backend::cuda::launch_attention_delta(a, y16.data(), true, dy->data(), delta.data(), nullptr);
+  std::vector<float> want(delta.size());
+  for (int64_t bh = 0; bh < a.heads; ++bh) {
+    for (int64_t i = 0; i < a.tq; ++i) {
+      const int64_t row = backend::cuda::head_row(a.ys, a.h, bh, i);
+      double sum = 0.0;
+      for (int64_t c = 0; c < a.dv; ++c) sum += static_cast<double>(widen(got[row + c])) * in.dy[row + c];
+      want[bh * a.tq + i] = static_cast<float>(sum);
+    }
+  }
+  EXPECT_LT(row_error(delta.values(), want), 1e-5) << "the row term of the bf16 y";
+}
+
+TEST(FlashBf16EmulBf16Y, IsTheF32YRoundedAndTheRowTermReadsIt) {
+  expect_bf16_y({2, 2, 130, 130, 64, true, 0.2f, true});
+  expect_bf16_y({2, 2, 70, 70, 128, false, 0.0f, true});
 }
 
 // B = 2, H = 2 throughout. Lengths 70 and 130 leave partial 64-row tiles (and 32-row ones); 127

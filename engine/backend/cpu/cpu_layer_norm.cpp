@@ -63,6 +63,12 @@ void layer_norm_forward(Ctx& ctx, float eps, const Tensor& x, const Tensor& gamm
                         Tensor& mean, Tensor& var) {
   apply_thread_budget(ctx);
   if (x.numel() == 0) return;
+  if (y.dtype() == DType::kBF16) {  // the f32 result, rounded once
+    Tensor y32 = Tensor::empty(y.shape(), DType::kF32, ctx.device());
+    layer_norm_forward(ctx, eps, x, gamma, beta, y32, mean, var);
+    to_bf16(ctx, y32, y);
+    return;
+  }
   const int64_t cols = x.dim(x.rank() - 1), rows = x.numel() / cols;
   const LayerNormPlan& plan = plan_for(ctx, eps, rows, cols, gamma.defined(), beta.defined(), {&x, &gamma, &beta});
   Args args{{DNNL_ARG_SRC, make_memory(plan.data, x)},

@@ -1,6 +1,7 @@
 // Matrix products through oneDNN's matmul: the transposes are expressed as strides of the
 // memory descriptors, so no operand is ever copied (under precision: bf16, a and b are read from
-// bf16 copies in the same layout, and c stays f32). Linear layers are matmuls with a bias.
+// bf16 copies in the same layout, and c stays f32). Linear layers are matmuls with a bias; a linear
+// layer asked for a bf16 output computes it in f32 and rounds it once.
 
 #include "engine/backend/cpu/cpu_bf16.h"
 #include "engine/backend/cpu/cpu_column_sums.h"
@@ -116,6 +117,12 @@ void matmul(Ctx& ctx, const Tensor& a, const Tensor& b, bool transpose_a, bool t
 }
 
 void linear_forward(Ctx& ctx, const Tensor& x, const Tensor& w, const Tensor& b, Tensor& y) {
+  if (y.dtype() == DType::kBF16) {  // bf16 output (and bias): the f32 result, rounded once, as cuBLASLt's
+    Tensor y32 = Tensor::empty(y.shape(), DType::kF32, ctx.device());
+    run_matmul(ctx, x, w, false, true, b.defined() ? f32_of(ctx, b) : b, y32);
+    to_bf16(ctx, y32, y);
+    return;
+  }
   run_matmul(ctx, x, w, false, true, b, y);  // (N, in) (in, out) + (1, out)
 }
 

@@ -1,9 +1,10 @@
 // Pointwise kernels of N-D tensors on the CPU: broadcasting add, sub, mul and div (plain loops over
 // coalesced rows, each operand contiguous or broadcast along the row), the unary functions and
 // their derivatives through oneDNN's eltwise primitives (its vectorised exp, erf and tanh), and
-// masked_fill.
+// masked_fill. A unary op's bf16 x is widened first and a bf16 y rounded from the f32 result.
 #include <cmath>
 
+#include "engine/backend/cpu/cpu_bf16.h"
 #include "engine/backend/cpu/cpu_kernels.h"
 #include "engine/backend/cpu/dnnl_util.h"
 #include "engine/backend/cpu/parallel.h"
@@ -111,9 +112,16 @@ void binary(Ctx& ctx, BinaryOp op, const Tensor& a, const Tensor& b, Tensor& y) 
   }
 }
 
-void unary(Ctx& ctx, UnaryOp op, const Tensor& x, Tensor& y) {
+void unary(Ctx& ctx, UnaryOp op, const Tensor& x_in, Tensor& y) {
   apply_thread_budget(ctx);
-  if (x.numel() == 0) return;
+  if (x_in.numel() == 0) return;
+  const Tensor x = f32_of(ctx, x_in);  // a bf16 x (a linear layer's bf16 output), widened
+  if (y.dtype() == DType::kBF16) {     // the f32 result, rounded once
+    Tensor y32 = Tensor::empty(y.shape(), DType::kF32, ctx.device(), y.format());
+    unary(ctx, op, x, y32);
+    to_bf16(ctx, y32, y);
+    return;
+  }
   if (op == UnaryOp::kLog && x.dtype() == DType::kF32 && y.dtype() == DType::kF32) {
     // oneDNN's eltwise_log is off by up to ~1.4e-6 absolute (1,832 ulp near 1); glibc's logf is
     // within an ulp of the true value, as PyTorch's CPU log is.
@@ -138,9 +146,10 @@ void unary(Ctx& ctx, UnaryOp op, const Tensor& x, Tensor& y) {
   execute("eltwise_forward::execute", {&x, &y}, plan.prim, args);
 }
 
-void unary_backward(Ctx& ctx, UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) {
+void unary_backward(Ctx& ctx, UnaryOp op, const Tensor& x_in, const Tensor& y, const Tensor& dy, Tensor& dx) {
   apply_thread_budget(ctx);
-  if (x.numel() == 0) return;
+  if (x_in.numel() == 0) return;
+  const Tensor x = f32_of(ctx, x_in);
   static PlanCache<UnaryBackwardPlan> cache;
   const UnaryAlgorithm alg = algorithm_of(op);
   const UnaryBackwardPlan& plan = cache.get(PlanKey(2).add({static_cast<int64_t>(op), x.numel(), ctx.num_threads()}), [&] {

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "engine/backend/cuda/cuda_attention_common.cuh"
+#include "engine/backend/cuda/cuda_bf16_access.cuh"
 #include "engine/backend/cuda/cuda_check.h"
 #include "engine/backend/cuda/cuda_reduce.cuh"
 
@@ -269,7 +270,7 @@ __global__ void delta_kernel(const float* y, const float* dy, float* delta, int6
 }
 
 // delta_kernel for y and dy laid out by a.ys; row = bh Tq + i.
-__global__ void strided_delta_kernel(AttnLayout a, const float* y, const float* dy, float* delta) {
+__global__ void strided_delta_kernel(AttnLayout a, F32OrBf16 y, const float* dy, float* delta) {
   const int lane = threadIdx.x % kWarpSize;
   const int64_t rows = a.heads * a.tq;
   const int64_t warps = static_cast<int64_t>(gridDim.x) * blockDim.x / kWarpSize;
@@ -336,9 +337,10 @@ void launch_attention_delta(const float* y, const float* dy, float* delta, int64
   TANDEM_CUDA_LAUNCH_CHECK("delta_kernel", "rows={} dv={}", rows, dv);
 }
 
-void launch_attention_delta(const AttnLayout& a, const float* y, const float* dy, float* delta, cudaStream_t stream) {
-  strided_delta_kernel<<<delta_blocks(a.heads * a.tq), 256, 0, stream>>>(a, y, dy, delta);
-  TANDEM_CUDA_LAUNCH_CHECK("strided_delta_kernel", "heads={} tq={} dv={}", a.heads, a.tq, a.dv);
+void launch_attention_delta(const AttnLayout& a, const void* y, bool y_bf16, const float* dy, float* delta,
+                            cudaStream_t stream) {
+  strided_delta_kernel<<<delta_blocks(a.heads * a.tq), 256, 0, stream>>>(a, F32OrBf16{y, y_bf16}, dy, delta);
+  TANDEM_CUDA_LAUNCH_CHECK("strided_delta_kernel", "heads={} tq={} dv={} y_bf16={}", a.heads, a.tq, a.dv, y_bf16);
 }
 
 }  // namespace tandem::backend::cuda

@@ -69,8 +69,10 @@ __device__ __forceinline__ int64_t attn_key_end(const AttnLayout& a, int64_t que
 // delta[row] = sum over c of dy[row][c] y[row][c] (the softmax backward's row term), warp per row.
 void launch_attention_delta(const float* y, const float* dy, float* delta, int64_t rows, int64_t dv,
                             cudaStream_t stream);
-// The same for y and dy laid out by a.ys: delta[bh Tq + i] for each head bh and query i.
-void launch_attention_delta(const AttnLayout& a, const float* y, const float* dy, float* delta, cudaStream_t stream);
+// The same for y and dy laid out by a.ys: delta[bh Tq + i] for each head bh and query i. y is f32, or
+// bf16 when y_bf16 (packed attention's bf16 output, read as the forward rounded it).
+void launch_attention_delta(const AttnLayout& a, const void* y, bool y_bf16, const float* dy, float* delta,
+                            cudaStream_t stream);
 
 // The f32 kernels (cuda_attention.cu): head sizes 16, 32, 48 and 64 (d == dv), any mask.
 bool flash_f32_head_size(int64_t d);
@@ -83,13 +85,14 @@ struct F32AttentionGrads {
 void flash_f32_backward(const AttnLayout& a, const F32AttentionGrads& g, cudaStream_t stream);
 
 // The tensor-core kernels (cuda_flash_bf16_forward.cu, cuda_flash_bf16_backward.cu): bf16 q, k, v and
-// dy, f32 accumulation, f32 y and gradients; no mask; head sizes 64 and 128 (d == dv); sm_80 and newer.
+// dy, f32 accumulation, f32 (or bf16: FlashBf16Args::y16) y, f32 gradients; no mask; head sizes 64 and 128 (d == dv); sm_80 and newer.
 // Every row and column start must be 16-byte aligned (strides and offsets multiples of 8 elements).
 struct FlashBf16Args {
   AttnLayout a;
   const void *q, *k, *v;   // bf16
   const void* dy;          // bf16, laid out as y; backward only
   float *y, *lse;          // forward: its outputs
+  void* y16;               // forward: y in bf16 instead, when set (packed attention's bf16 output)
   const float* saved_lse;  // backward: the forward's lse
   const float* delta;      // backward: launch_attention_delta's rows
   float *dq, *dk, *dv;     // backward

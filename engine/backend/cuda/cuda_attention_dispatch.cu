@@ -1,10 +1,12 @@
 // The CUDA kernel-table entries of scaled_dot_product_attention, on (B, H, T, D) tensors and on the
 // packed projection (B, T, 3 H D), and which kernels run them:
 //  - precision: bf16, no mask, head size 64 or 128, sm_80 or newer: the tensor-core kernels
-//    (cuda_flash_bf16_*.cu) on bf16 copies of q, k, v and dy made in one pass each;
+//    (cuda_flash_bf16_*.cu) on bf16 copies of q, k, v and dy made in one pass each, or on the packed
+//    qkv in place when it is bf16 already (a linear layer's bf16 output), writing y in bf16 when asked;
 //  - head sizes 16, 32, 48 and 64: the f32 tiled kernels (cuda_attention.cu);
 //  - anything else on (B, H, T, D): the unfused path (cuda_attention_unfused.cu); the packed entries
 //    are not offered (packed_attention_supported) and ops.h splits the heads instead.
+// The f32 kernels on a bf16 packed qkv or y widen qkv into the workspace and round y after.
 // TANDEM_CUDA_ATTENTION=f32 keeps the f32 kernels under bf16; =unfused forces the unfused path.
 #include <cuda_runtime.h>
 
@@ -77,6 +79,12 @@ class Workspace {
     cast_f32_to_bf16(src, dst, n, cc_.stream());
     return dst;
   }
+  // An f32 copy of n bf16 values.
+  const float* f32_copy(const void* src_bf16, int64_t n) {
+    float* dst = floats(n);
+    cast_bf16_to_f32(src_bf16, dst, n, cc_.stream());
+    return dst;
+  }
   static size_t floats_bytes(int64_t n) { return aligned(sizeof(float) * static_cast<size_t>(n)); }
   static size_t bf16_bytes(int64_t n) { return aligned(2 * static_cast<size_t>(n)); }
 
@@ -92,6 +100,8 @@ class Workspace {
 };
 
 const void* offset_bf16(const void* base, int64_t elements) { return static_cast<const char*>(base) + 2 * elements; }
+
+bool is_bf16(const Tensor& t) { return t.dtype() == DType::kBF16; }
 
 // packed_attention_supported said yes for the head size; the length can still be beyond the grids.
 void check_packed(Path path, const AttnLayout& a) {
@@ -124,7 +134,11 @@ FlashBf16Args forward_args(const AttnLayout& a, const void* q, const void* k, co
   f.q = q;
   f.k = k;
   f.v = v;
-  f.y = y.data<float>();
+  if (is_bf16(y)) {
+    f.y16 = y.raw_data();
+  } else {
+    f.y = y.data<float>();
+  }
   f.lse = lse.data<float>();
   return f;
 }
@@ -205,7 +219,7 @@ void attention_backward(Ctx& ctx, const AttentionParams& p, const Tensor& q, con
   }
   Workspace ws(cc, bytes);
   float* delta = ws.floats(a.heads * a.tq);
-  launch_attention_delta(a, y.data<float>(), dy.data<float>(), delta, cc.stream());
+  launch_attention_delta(a, y.data<float>(), false, dy.data<float>(), delta, cc.stream());
   if (path == Path::kF32) {
     return flash_f32_backward(a,
                               {q.data<float>(), k.data<float>(), v.data<float>(), dy.data<float>(), lse.data<float>(),
@@ -229,19 +243,33 @@ bool packed_attention_supported(Ctx& ctx, const AttentionParams& p, int64_t head
   return choose(tandem::cuda::cuda_context(ctx), a, false) != Path::kUnfused;
 }
 
+namespace {
+
+// The f32 kernels on the packed projection: a bf16 qkv is widened into the workspace, and a bf16 y
+// is written there in f32 and rounded after.
+void packed_f32_forward(CudaContext& cc, const AttnLayout& a, const Tensor& qkv, Tensor& y, Tensor& lse) {
+  const bool wide_in = is_bf16(qkv), round_out = is_bf16(y);
+  Workspace ws(cc, (wide_in ? Workspace::floats_bytes(qkv.numel()) : 0) +
+                       (round_out ? Workspace::floats_bytes(y.numel()) : 0));
+  const float* base = wide_in ? ws.f32_copy(qkv.raw_data(), qkv.numel()) : qkv.data<float>();
+  float* y32 = round_out ? ws.floats(y.numel()) : y.data<float>();
+  const int64_t c = a.h * a.d;
+  flash_f32_forward(a, base, base + c, base + 2 * c, y32, lse.data<float>(), cc.stream());
+  if (round_out) cast_f32_to_bf16(y32, y.raw_data(), y.numel(), cc.stream());
+}
+
+}  // namespace
+
 void packed_attention_forward(Ctx& ctx, const AttentionParams& p, int64_t heads, const Tensor& qkv, Tensor& y,
                               Tensor& lse) {
   const AttnLayout a = packed_attn_layout(p, heads, qkv);
   CudaContext& cc = tandem::cuda::cuda_context(ctx);
   const Path path = choose(cc, a, false);
   check_packed(path, a);
+  if (path == Path::kF32) return packed_f32_forward(cc, a, qkv, y, lse);
   const int64_t c = a.h * a.d;
-  const float* base = qkv.data<float>();
-  if (path == Path::kF32) {
-    return flash_f32_forward(a, base, base + c, base + 2 * c, y.data<float>(), lse.data<float>(), cc.stream());
-  }
-  Workspace ws(cc, Workspace::bf16_bytes(qkv.numel()));
-  const void* packed = ws.bf16_copy(base, qkv.numel());
+  Workspace ws(cc, is_bf16(qkv) ? 0 : Workspace::bf16_bytes(qkv.numel()));
+  const void* packed = is_bf16(qkv) ? qkv.raw_data() : ws.bf16_copy(qkv.data<float>(), qkv.numel());
   const FlashBf16Args f = forward_args(a, packed, offset_bf16(packed, c), offset_bf16(packed, 2 * c), y, lse);
   flash_bf16_forward(f, cc.stream());
 }
@@ -253,19 +281,24 @@ void packed_attention_backward(Ctx& ctx, const AttentionParams& p, int64_t heads
   const Path path = choose(cc, a, false);
   check_packed(path, a);
   const int64_t c = a.h * a.d;
+  const bool qkv16 = is_bf16(qkv);
   size_t bytes = Workspace::floats_bytes(a.heads * a.tq);
-  if (path == Path::kBf16) bytes += Workspace::bf16_bytes(qkv.numel()) + Workspace::bf16_bytes(dy.numel());
+  if (path == Path::kBf16) {
+    bytes += (qkv16 ? 0 : Workspace::bf16_bytes(qkv.numel())) + Workspace::bf16_bytes(dy.numel());
+  } else if (qkv16) {
+    bytes += Workspace::floats_bytes(qkv.numel());
+  }
   Workspace ws(cc, bytes);
   float* delta = ws.floats(a.heads * a.tq);
-  launch_attention_delta(a, y.data<float>(), dy.data<float>(), delta, cc.stream());
-  const float* base = qkv.data<float>();
+  launch_attention_delta(a, y.raw_data(), is_bf16(y), dy.data<float>(), delta, cc.stream());
   float* grad = dqkv.data<float>();
   if (path == Path::kF32) {
+    const float* base = qkv16 ? ws.f32_copy(qkv.raw_data(), qkv.numel()) : qkv.data<float>();
     return flash_f32_backward(
         a, {base, base + c, base + 2 * c, dy.data<float>(), lse.data<float>(), delta, grad, grad + c, grad + 2 * c},
         cc.stream());
   }
-  const void* packed = ws.bf16_copy(base, qkv.numel());
+  const void* packed = qkv16 ? qkv.raw_data() : ws.bf16_copy(qkv.data<float>(), qkv.numel());
   const void* dy16 = ws.bf16_copy(dy.data<float>(), dy.numel());
   const FlashBf16Args f = backward_args(a, packed, offset_bf16(packed, c), offset_bf16(packed, 2 * c), dy16, lse, delta,
                                         grad, grad + c, grad + 2 * c);

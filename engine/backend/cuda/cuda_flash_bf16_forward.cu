@@ -77,7 +77,7 @@ __device__ __forceinline__ void online_softmax(const AttnLayout& a, int64_t bh, 
   }
 }
 
-// y = o / sum and lse for the thread's two rows; a query that sees no key gets zeros and lse -inf
+// y = o / sum (f32, or rounded to bf16 when f.y16 is set) and lse for the thread's two rows; a query that sees no key gets zeros and lse -inf
 // (the CPU backend's rule).
 template <int D>
 __device__ __forceinline__ void store_rows(const FlashBf16Args& f, int64_t bh, int64_t row0, RowState& st,
@@ -91,10 +91,16 @@ __device__ __forceinline__ void store_rows(const FlashBf16Args& f, int64_t bh, i
     const int64_t i = row0 + 8 * r;
     if (i >= a.tq) continue;
     const float inv = st.sum[r] > 0.0f ? 1.0f / st.sum[r] : 0.0f;
-    float* y = f.y + head_row(a.ys, a.h, bh, i);
+    const int64_t row = head_row(a.ys, a.h, bh, i) + 2 * t;
 #pragma unroll
     for (int dn = 0; dn < D / 8; ++dn) {
-      *reinterpret_cast<float2*>(y + dn * 8 + 2 * t) = make_float2(o[dn][2 * r] * inv, o[dn][2 * r + 1] * inv);
+      const float y0 = o[dn][2 * r] * inv, y1 = o[dn][2 * r + 1] * inv;
+      if (f.y16 != nullptr) {  // the same branch for the whole launch
+        *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(f.y16) + row + dn * 8) =
+            __floats2bfloat162_rn(y0, y1);
+      } else {
+        *reinterpret_cast<float2*>(f.y + row + dn * 8) = make_float2(y0, y1);
+      }
     }
     if (t == 0) f.lse[bh * a.tq + i] = st.sum[r] > 0.0f ? (st.max[r] + log2f(st.sum[r])) * kLn2 : -INFINITY;
   }

@@ -1,5 +1,5 @@
-// Layer normalisation over rows on the GPU: a warp per row for the statistics, the output and the
-// input gradient (two passes over the row: the mean, then the variance about it); the weight and
+// Layer normalisation over rows on the GPU: a warp per row for the statistics, the output (f32, or
+// bf16 rounded as it is stored) and the input gradient (two passes over the row: the mean, then the variance about it); the weight and
 // bias gradients are column sums over every row, taken in two deterministic stages (32 columns x
 // 8 rows per block sum a chunk of rows, then one thread per column adds the chunks in order).
 #include <cuda_runtime.h>
@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "engine/backend/cuda/cuda_bf16_access.cuh"
 #include "engine/backend/cuda/cuda_check.h"
 #include "engine/backend/cuda/cuda_context.h"
 #include "engine/backend/cuda/cuda_kernels.h"
@@ -37,7 +38,9 @@ __device__ __forceinline__ int64_t warp_count() { return grid_stride() / kWarpSi
 
 struct Forward {
   const float *x, *gamma, *beta;
-  float *y, *mean, *var;
+  void* y;       // f32, or bf16 when y_bf16 (a transformer's norm feeding linear layers), rounded once
+  bool y_bf16;
+  float *mean, *var;
   int64_t rows, n;
   float eps;
 };
@@ -54,12 +57,15 @@ __global__ void forward_kernel(Forward a) {
     for (int64_t j = lane; j < a.n; j += kWarpSize) q += (x[j] - mean) * (x[j] - mean);
     const float var = warp_all_sum(q) * inv_n;
     const float rstd = rsqrtf(var + a.eps);
-    float* y = a.y + row * a.n;
     for (int64_t j = lane; j < a.n; j += kWarpSize) {
       float v = (x[j] - mean) * rstd;
       if (a.gamma != nullptr) v *= a.gamma[j];
       if (a.beta != nullptr) v += a.beta[j];
-      y[j] = v;
+      if (a.y_bf16) {
+        store(static_cast<__nv_bfloat16*>(a.y) + row * a.n + j, v);
+      } else {
+        static_cast<float*>(a.y)[row * a.n + j] = v;
+      }
     }
     if (lane == 0) {
       a.mean[row] = mean;
@@ -150,7 +156,8 @@ void layer_norm_forward(Ctx& ctx, float eps, const Tensor& x, const Tensor& gamm
   const Forward a{x.data<float>(),
                   gamma.defined() ? gamma.data<float>() : nullptr,
                   beta.defined() ? beta.data<float>() : nullptr,
-                  y.data<float>(),
+                  y.raw_data(),
+                  y.dtype() == DType::kBF16,
                   mean.data<float>(),
                   var.data<float>(),
                   rows,
@@ -158,7 +165,8 @@ void layer_norm_forward(Ctx& ctx, float eps, const Tensor& x, const Tensor& gamm
                   eps};
   const Launch l = warp_launch(rows);
   forward_kernel<<<l.blocks, l.threads, 0, cc.stream()>>>(a);
-  TANDEM_CUDA_LAUNCH_CHECK("layer_norm forward_kernel", "x={} eps={}", x.shape().str(), eps);
+  TANDEM_CUDA_LAUNCH_CHECK("layer_norm forward_kernel", "x={} eps={} y={}", x.shape().str(), eps,
+                           dtype_name(y.dtype()));
 }
 
 void layer_norm_backward(Ctx& ctx, float eps, const Tensor& x, const Tensor& dy, const Tensor& gamma,

@@ -13,6 +13,8 @@
 //
 // Under bf16 a linear layer's x and dy may come in bf16 already (ops.h's bf16_operand, rounded once
 // for the layer's passes): cuBLASLt reads them in place, and the bias gradient sums the bf16 dy.
+// A linear layer asked for a bf16 output (ops.h: linear_forward's bf16_output) has cuBLASLt write D
+// in bf16 from its f32 accumulator, with a bf16 bias (the epilogue reads the bias in D's type).
 //
 // Precision (KernelOptions::precision): fp32 -> CUBLAS_COMPUTE_32F (true fp32, never TF32);
 // tf32 -> CUBLAS_COMPUTE_32F_FAST_TF32 on the f32 tensors; bf16 -> a and b are converted into bf16
@@ -108,8 +110,8 @@ struct LtPlan {
   }
 };
 
-// (m, n, k, trans A, trans B, precision, bias, alignment of A, B, D, bias), column-major terms.
-using LtKey = std::array<int64_t, 11>;
+// (m, n, k, trans A, trans B, precision, bias, alignment of A, B, D, bias, D in bf16), column-major terms.
+using LtKey = std::array<int64_t, 12>;
 
 struct LtPlanCache {
   std::map<LtKey, std::unique_ptr<LtPlan>> plans;
@@ -119,8 +121,8 @@ struct LtPlanCache {
 struct LtOperands {
   const void* a;  // our b (or its bf16 copy)
   const void* b;  // our a (or its bf16 copy)
-  float* d;       // our c
-  const float* bias;  // null without bias
+  void* d;           // our c: f32, or bf16 (a linear layer's bf16 output)
+  const void* bias;  // null without bias; in D's type
 };
 
 class LtPreference {
@@ -160,10 +162,13 @@ cublasComputeType_t compute_type_of(Precision precision) {
   return precision == Precision::kTf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
 }
 
+bool is_bf16(const Tensor& t) { return t.dtype() == DType::kBF16; }
+
 // Descriptors for the problem, and the heuristic's best algorithm for them.
 std::unique_ptr<LtPlan> make_plan(CudaContext& cc, const Gemm& g, const LtOperands& ops, const LtKey& key) {
   auto plan = std::make_unique<LtPlan>();
   const cudaDataType_t in_type = g.precision == Precision::kBf16 ? CUDA_R_16BF : CUDA_R_32F;
+  const cudaDataType_t out_type = key[11] != 0 ? CUDA_R_16BF : CUDA_R_32F;
   TANDEM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, compute_type_of(g.precision), CUDA_R_32F), "{}", g);
   // Swapped operands (see the top of the file): cuBLASLt's A is our b, its B is our a.
   const int32_t trans_a = g.tb ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -172,13 +177,13 @@ std::unique_ptr<LtPlan> make_plan(CudaContext& cc, const Gemm& g, const LtOperan
   set_desc(g, plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, trans_b);
   if (ops.bias != nullptr) {
     set_desc(g, plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<uint32_t>(CUBLASLT_EPILOGUE_BIAS));
-    set_desc(g, plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(CUDA_R_32F));
+    set_desc(g, plan->desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<int32_t>(out_type));
     // The heuristic reads the pointer's alignment from here (it is reset before every matmul).
     set_desc(g, plan->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(ops.bias));
   }
   plan->a = layout_of_row_major(g, in_type, g.b->dim(0), g.b->dim(1));
   plan->b = layout_of_row_major(g, in_type, g.a->dim(0), g.a->dim(1));
-  plan->d = layout_of_row_major(g, CUDA_R_32F, g.m, g.n);
+  plan->d = layout_of_row_major(g, out_type, g.m, g.n);
 
   LtPreference pref(g);
   set_pref(g, pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<uint64_t>(kLtWorkspaceBytes));
@@ -202,14 +207,12 @@ std::unique_ptr<LtPlan> make_plan(CudaContext& cc, const Gemm& g, const LtOperan
 const LtPlan& plan_for(CudaContext& cc, const Gemm& g, const LtOperands& ops) {
   const LtKey key{g.n, g.m, g.k, g.tb ? 1 : 0, g.ta ? 1 : 0, static_cast<int64_t>(g.precision),
                   ops.bias != nullptr ? 1 : 0, alignment_of(ops.a), alignment_of(ops.b), alignment_of(ops.d),
-                  ops.bias != nullptr ? alignment_of(ops.bias) : 0};
+                  ops.bias != nullptr ? alignment_of(ops.bias) : 0, is_bf16(*g.c) ? 1 : 0};
   auto& plans = cc.state<LtPlanCache>().plans;
   auto it = plans.find(key);
   if (it == plans.end()) it = plans.emplace(key, make_plan(cc, g, ops, key)).first;
   return *it->second;
 }
-
-bool is_bf16(const Tensor& t) { return t.dtype() == DType::kBF16; }
 
 // c = 0 (+ bias on every row): the product of an empty inner dimension, which cuBLASLt is not asked.
 void run_empty_inner(CudaContext& cc, const Gemm& g, float* c) {
@@ -222,20 +225,23 @@ void run_empty_inner(CudaContext& cc, const Gemm& g, float* c) {
 // c = product, or c += product when accumulate (cuBLASLt's beta = 1, reading c in place).
 void run_gemm(Ctx& ctx, const Gemm& g, bool accumulate = false) {
   CudaContext& cc = tandem::cuda::cuda_context(ctx);
-  float* c = g.c->data<float>();
+  const bool bf16 = g.precision == Precision::kBf16;
+  const bool bf16_out = is_bf16(*g.c);
+  TANDEM_CHECK(bf16 || (!is_bf16(*g.a) && !is_bf16(*g.b) && !bf16_out), ErrorCode::kInternal,
+               "{}: a bf16 operand outside bf16", g);
+  // ops.h hands a bf16 c only to linear_forward with K > 0, and its bias in bf16 with it.
+  TANDEM_CHECK(!bf16_out || (!accumulate && g.k > 0 && (!g.bias->defined() || is_bf16(*g.bias))),
+               ErrorCode::kInternal, "{}: a bf16 c needs K > 0, no accumulation and a bf16 bias", g);
   if (g.m == 0 || g.n == 0) return;
   if (g.k == 0) {
-    if (!accumulate) run_empty_inner(cc, g, c);  // adding an empty sum leaves c as it is
+    if (!accumulate) run_empty_inner(cc, g, g.c->data<float>());  // adding an empty sum leaves c as it is
     return;
   }
-  const bool bf16 = g.precision == Precision::kBf16;
-  TANDEM_CHECK(bf16 || (!is_bf16(*g.a) && !is_bf16(*g.b)), ErrorCode::kInternal, "{}: a bf16 operand outside bf16",
-               g);
   // A bf16 operand (a linear layer's bf16_operand) is read in place; an f32 one is rounded into scratch.
   const size_t a_bytes = bf16 && !is_bf16(*g.a) ? align_up(static_cast<size_t>(g.a->numel()) * 2) : 0;
   const size_t b_bytes = bf16 && !is_bf16(*g.b) ? align_up(static_cast<size_t>(g.b->numel()) * 2) : 0;
   char* base = static_cast<char*>(cc.workspace(kLtWorkspaceBytes + a_bytes + b_bytes));
-  LtOperands ops{g.b->raw_data(), g.a->raw_data(), c, g.bias->defined() ? g.bias->data<float>() : nullptr};
+  LtOperands ops{g.b->raw_data(), g.a->raw_data(), g.c->raw_data(), g.bias->defined() ? g.bias->raw_data() : nullptr};
   if (b_bytes > 0) {
     void* b16 = base + kLtWorkspaceBytes;
     cast_f32_to_bf16(g.b->data<float>(), b16, g.b->numel(), cc.stream());

@@ -1,11 +1,12 @@
 // Pointwise kernels of N-D tensors on the GPU: broadcasting add, sub, mul and div (each operand
 // read through its coalesced broadcast view), the unary functions and their derivatives, and
-// masked_fill. Products and sums use __fmul_rn / __fadd_rn (no FMA contraction), so these agree
+// masked_fill (a unary op reads x and writes y in f32 or bf16). Products and sums use __fmul_rn / __fadd_rn (no FMA contraction), so these agree
 // with the CPU backend to the last bit where the CPU computes the same expression.
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "engine/backend/cuda/cuda_bf16_access.cuh"
 #include "engine/backend/cuda/cuda_check.h"
 #include "engine/backend/cuda/cuda_context.h"
 #include "engine/backend/cuda/cuda_kernels.h"
@@ -71,11 +72,20 @@ __device__ __forceinline__ float unary_derivative(UnaryOp op, float x, float y) 
   }
 }
 
-__global__ void unary_kernel(UnaryOp op, const float* x, float* y, int64_t n) {
-  for (int64_t i = global_thread_index(); i < n; i += grid_stride()) y[i] = unary_value(op, x[i]);
+// x and y f32 or bf16 (a flag for the whole launch): a linear layer's bf16 output in, a GELU's bf16
+// output out, rounded once.
+__global__ void unary_kernel(UnaryOp op, F32OrBf16 x, void* y, bool y_bf16, int64_t n) {
+  for (int64_t i = global_thread_index(); i < n; i += grid_stride()) {
+    const float v = unary_value(op, x[i]);
+    if (y_bf16) {
+      store(static_cast<__nv_bfloat16*>(y) + i, v);
+    } else {
+      static_cast<float*>(y)[i] = v;
+    }
+  }
 }
 
-__global__ void unary_backward_kernel(UnaryOp op, const float* x, const float* y, const float* dy, float* dx,
+__global__ void unary_backward_kernel(UnaryOp op, F32OrBf16 x, const float* y, const float* dy, float* dx,
                                       int64_t n) {
   for (int64_t i = global_thread_index(); i < n; i += grid_stride()) {
     dx[i] = dy[i] * unary_derivative(op, x[i], y[i]);
@@ -107,8 +117,10 @@ void unary(Ctx& ctx, UnaryOp op, const Tensor& x, Tensor& y) {
   if (n == 0) return;
   CudaContext& cc = tandem::cuda::cuda_context(ctx);
   const Launch l = launch_for(n);
-  unary_kernel<<<l.blocks, l.threads, 0, cc.stream()>>>(op, x.data<float>(), y.data<float>(), n);
-  TANDEM_CUDA_LAUNCH_CHECK("unary_kernel", "op={} x={}", static_cast<int>(op), x.shape().str());
+  const bool x_bf16 = x.dtype() == DType::kBF16, y_bf16 = y.dtype() == DType::kBF16;
+  unary_kernel<<<l.blocks, l.threads, 0, cc.stream()>>>(op, F32OrBf16{x.raw_data(), x_bf16}, y.raw_data(), y_bf16, n);
+  TANDEM_CUDA_LAUNCH_CHECK("unary_kernel", "op={} x={} x_bf16={} y_bf16={}", static_cast<int>(op), x.shape().str(),
+                           x_bf16, y_bf16);
 }
 
 void unary_backward(Ctx& ctx, UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) {
@@ -116,9 +128,11 @@ void unary_backward(Ctx& ctx, UnaryOp op, const Tensor& x, const Tensor& y, cons
   if (n == 0) return;
   CudaContext& cc = tandem::cuda::cuda_context(ctx);
   const Launch l = launch_for(n);
-  unary_backward_kernel<<<l.blocks, l.threads, 0, cc.stream()>>>(op, x.data<float>(), y.data<float>(),
+  const bool x_bf16 = x.dtype() == DType::kBF16;
+  unary_backward_kernel<<<l.blocks, l.threads, 0, cc.stream()>>>(op, F32OrBf16{x.raw_data(), x_bf16}, y.data<float>(),
                                                                  dy.data<float>(), dx.data<float>(), n);
-  TANDEM_CUDA_LAUNCH_CHECK("unary_backward_kernel", "op={} x={}", static_cast<int>(op), x.shape().str());
+  TANDEM_CUDA_LAUNCH_CHECK("unary_backward_kernel", "op={} x={} x_bf16={}", static_cast<int>(op), x.shape().str(),
+                           x_bf16);
 }
 
 void masked_fill(Ctx& ctx, const Tensor& x, const Tensor& mask, float value, Tensor& y) {
