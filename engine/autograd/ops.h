@@ -104,6 +104,11 @@ Variable log(ExecutionContext& ctx, const Variable& x);
 Variable sqrt(ExecutionContext& ctx, const Variable& x);
 Variable rsqrt(ExecutionContext& ctx, const Variable& x);
 Variable tanh(ExecutionContext& ctx, const Variable& x);
+Variable sigmoid(ExecutionContext& ctx, const Variable& x);  // torch.sigmoid
+Variable silu(ExecutionContext& ctx, const Variable& x);     // F.silu: x sigmoid(x)
+Variable abs(ExecutionContext& ctx, const Variable& x);      // torch.abs: gradient 0 at 0
+Variable sin(ExecutionContext& ctx, const Variable& x);
+Variable cos(ExecutionContext& ctx, const Variable& x);
 // Exact (erf) GELU, or PyTorch's approximate='tanh'. bf16_output: under precision: bf16, where
 // the device takes bf16 operands (backend::bf16_operand), y is stored in bf16 (for a GELU whose
 // output goes to linear layers alone); the backward reads x only.

@@ -187,6 +187,11 @@ Variable log(ExecutionContext& ctx, const Variable& x) { return unary_op(ctx, "l
 Variable sqrt(ExecutionContext& ctx, const Variable& x) { return unary_op(ctx, "sqrt", UnaryOp::kSqrt, x); }
 Variable rsqrt(ExecutionContext& ctx, const Variable& x) { return unary_op(ctx, "rsqrt", UnaryOp::kRsqrt, x); }
 Variable tanh(ExecutionContext& ctx, const Variable& x) { return unary_op(ctx, "tanh", UnaryOp::kTanh, x); }
+Variable sigmoid(ExecutionContext& ctx, const Variable& x) { return unary_op(ctx, "sigmoid", UnaryOp::kSigmoid, x); }
+Variable silu(ExecutionContext& ctx, const Variable& x) { return unary_op(ctx, "silu", UnaryOp::kSilu, x); }
+Variable abs(ExecutionContext& ctx, const Variable& x) { return unary_op(ctx, "abs", UnaryOp::kAbs, x); }
+Variable sin(ExecutionContext& ctx, const Variable& x) { return unary_op(ctx, "sin", UnaryOp::kSin, x); }
+Variable cos(ExecutionContext& ctx, const Variable& x) { return unary_op(ctx, "cos", UnaryOp::kCos, x); }
 Variable gelu(ExecutionContext& ctx, const Variable& x, bool tanh_approximation, bool bf16_output) {
   if (tracing()) trace_attributes("gelu", {{"approximate", std::string(tanh_approximation ? "tanh" : "none")}});
   const UnaryOp op = tanh_approximation ? UnaryOp::kGeluTanh : UnaryOp::kGeluErf;

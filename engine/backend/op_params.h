@@ -45,7 +45,8 @@ struct BatchNormSaved {
 
 // Pointwise functions of one tensor (ops.h's unary), each with its derivative (unary_backward).
 // GELU as PyTorch's: kGeluErf is x Phi(x) (approximate='none'), kGeluTanh the tanh approximation.
-enum class UnaryOp : uint8_t { kExp, kLog, kSqrt, kRsqrt, kTanh, kGeluErf, kGeluTanh };
+// kSilu is x sigmoid(x) (F.silu); kAbs's derivative at 0 is 0, as torch.abs's.
+enum class UnaryOp : uint8_t { kExp, kLog, kSqrt, kRsqrt, kTanh, kGeluErf, kGeluTanh, kSigmoid, kSilu, kAbs, kSin, kCos };
 enum class BinaryOp : uint8_t { kAdd, kSub, kMul, kDiv };
 // max is torch.amax's: tied maxima share the gradient.
 enum class Reduction : uint8_t { kSum, kMean, kMax };

@@ -26,7 +26,7 @@ extern "C" {
 // 14: the factories' arange_fill and random_fill; where from_bf16 is set, bf16 tensors in more
 //     entries (conv2d_forward's y, training batch norm's x, linear_forward's y and b, unary's x and
 //     y, unary_backward's x, layer_norm_forward's y, packed attention's qkv and y), which a plugin
-//     of an older contract would refuse by dtype.
+//     of an older contract would refuse by dtype; UnaryOp gained sigmoid, silu, abs, sin and cos.
 inline constexpr int kTandemCudaPluginAbi = 14;
 inline constexpr const char* kTandemCudaPluginEntry = "tandem_cuda_plugin_init";
 // Returns the kernel table without initialising CUDA (no driver call): for tests and the doctor.

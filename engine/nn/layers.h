@@ -89,6 +89,22 @@ class ReLU : public Module {
   Variable forward(ExecutionContext& ctx, const Variable& x) override;
 };
 
+// nn.Sigmoid, nn.SiLU and nn.Tanh: no parameters.
+class Sigmoid : public Module {
+ public:
+  Variable forward(ExecutionContext& ctx, const Variable& x) override;
+};
+
+class SiLU : public Module {
+ public:
+  Variable forward(ExecutionContext& ctx, const Variable& x) override;
+};
+
+class Tanh : public Module {
+ public:
+  Variable forward(ExecutionContext& ctx, const Variable& x) override;
+};
+
 class MaxPool2d : public Module {
  public:
   MaxPool2d(int64_t kernel_size, int64_t stride, int64_t padding = 0);

@@ -21,6 +21,9 @@ autograd::Pool2dParams pool_params(int64_t kernel, int64_t stride, int64_t paddi
 }  // namespace
 
 Variable ReLU::forward(ExecutionContext& ctx, const Variable& x) { return autograd::relu(ctx, x); }
+Variable Sigmoid::forward(ExecutionContext& ctx, const Variable& x) { return autograd::sigmoid(ctx, x); }
+Variable SiLU::forward(ExecutionContext& ctx, const Variable& x) { return autograd::silu(ctx, x); }
+Variable Tanh::forward(ExecutionContext& ctx, const Variable& x) { return autograd::tanh(ctx, x); }
 
 MaxPool2d::MaxPool2d(int64_t kernel_size, int64_t stride, int64_t padding)
     : params_(pool_params(kernel_size, stride, padding, true)) {}

@@ -66,6 +66,11 @@ TEST_F(TensorGradTest, UnaryFunctionsAndMaskedFill) {
   expect_ok([&](const auto& v) { return tanh(ctx_, v[0]); }, {y}, "tanh");
   expect_ok([&](const auto& v) { return gelu(ctx_, v[0]); }, {y}, "gelu");
   expect_ok([&](const auto& v) { return gelu(ctx_, v[0], true); }, {y}, "gelu tanh");
+  expect_ok([&](const auto& v) { return sigmoid(ctx_, v[0]); }, {y}, "sigmoid");
+  expect_ok([&](const auto& v) { return silu(ctx_, v[0]); }, {y}, "silu");
+  expect_ok([&](const auto& v) { return abs(ctx_, v[0]); }, {y}, "abs");  // no element within h of 0
+  expect_ok([&](const auto& v) { return sin(ctx_, v[0]); }, {y}, "sin");
+  expect_ok([&](const auto& v) { return cos(ctx_, v[0]); }, {y}, "cos");
   Tensor mask = Tensor::zeros({1, 5}, DType::kU8);
   mask.data<uint8_t>()[2] = 1;
   expect_ok([&](const auto& v) { return masked_fill(ctx_, v[0], mask, -3.0f); }, {y}, "masked_fill");

@@ -87,6 +87,11 @@ double unary_ref(UnaryOp op, double x) {
     case UnaryOp::kTanh: return std::tanh(x);
     case UnaryOp::kGeluErf: return 0.5 * x * (1.0 + std::erf(x / std::numbers::sqrt2));
     case UnaryOp::kGeluTanh: return gelu_tanh(x);
+    case UnaryOp::kSigmoid: return 1.0 / (1.0 + std::exp(-x));
+    case UnaryOp::kSilu: return x / (1.0 + std::exp(-x));
+    case UnaryOp::kAbs: return std::abs(x);
+    case UnaryOp::kSin: return std::sin(x);
+    case UnaryOp::kCos: return std::cos(x);
   }
   return 0.0;
 }

@@ -76,7 +76,8 @@ TEST_F(TensorOpsTest, NarrowAndConcatRoundTrip) {
 TEST_F(TensorOpsTest, UnaryFunctionsAndTheirDerivativesMatchTheReference) {
   const Shape s{3, 17};
   for (UnaryOp op : {UnaryOp::kExp, UnaryOp::kLog, UnaryOp::kSqrt, UnaryOp::kRsqrt, UnaryOp::kTanh,
-                     UnaryOp::kGeluErf, UnaryOp::kGeluTanh}) {
+                     UnaryOp::kGeluErf, UnaryOp::kGeluTanh, UnaryOp::kSigmoid, UnaryOp::kSilu, UnaryOp::kAbs,
+                     UnaryOp::kSin, UnaryOp::kCos}) {
     const bool positive = op == UnaryOp::kLog || op == UnaryOp::kSqrt || op == UnaryOp::kRsqrt;
     Vec x = random_vec(static_cast<size_t>(s.numel()), 5, positive ? 0.1 : -3.0, 3.0);
     Vec dy = random_vec(x.size(), 6);

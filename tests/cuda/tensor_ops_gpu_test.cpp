@@ -99,7 +99,8 @@ TEST_F(TensorOpsGpuTest, PointwiseOpsMatchTheCpu) {
   }
   Tensor x = random_tensor({7, 129}, 5, 0.1f, 3.0f), dy = random_tensor({7, 129}, 6);
   for (UnaryOp op : {UnaryOp::kExp, UnaryOp::kLog, UnaryOp::kSqrt, UnaryOp::kRsqrt, UnaryOp::kTanh,
-                     UnaryOp::kGeluErf, UnaryOp::kGeluTanh}) {
+                     UnaryOp::kGeluErf, UnaryOp::kGeluTanh, UnaryOp::kSigmoid, UnaryOp::kSilu, UnaryOp::kAbs,
+                     UnaryOp::kSin, UnaryOp::kCos}) {
     Tensor gy = unary(gpu(), op, x.to(kGpu)), cy = unary(cpu(), op, x);
     EXPECT_TRUE(near(gy, cy, 1e-5)) << static_cast<int>(op);
     EXPECT_TRUE(near(unary_backward(gpu(), op, x.to(kGpu), gy, dy.to(kGpu)), unary_backward(cpu(), op, x, cy, dy), 1e-5))

@@ -66,7 +66,9 @@ class Mixed : public nn::Module {
     Variable smooth = autograd::tanh(ctx, autograd::scale(ctx, probs, 0.5f));
     Variable pos = autograd::rsqrt(ctx, autograd::sqrt(ctx, autograd::exp(ctx, x)));
     Variable total = autograd::reshape(ctx, autograd::sum(ctx, a, channels, false), Shape{n, 1, 6, 6});
-    Variable y = autograd::add(ctx, autograd::add(ctx, smooth, pos), total);
+    Variable act = autograd::add(ctx, autograd::silu(ctx, smooth), autograd::sigmoid(ctx, pos));
+    Variable waves = autograd::add(ctx, autograd::sin(ctx, act), autograd::cos(ctx, autograd::abs(ctx, smooth)));
+    Variable y = autograd::add(ctx, autograd::add(ctx, waves, pos), total);
     return autograd::reshape(ctx, y, Shape{n, 144});
   }
 

@@ -1,6 +1,7 @@
 // Pointwise kernels of N-D tensors on the CPU: broadcasting add, sub, mul and div (plain loops over
 // coalesced rows, each operand contiguous or broadcast along the row), the unary functions and
-// their derivatives through oneDNN's eltwise primitives (its vectorised exp, erf and tanh), and
+// their derivatives through oneDNN's eltwise primitives (its vectorised exp, erf and tanh; log, sin
+// and cos through libm), and
 // masked_fill. A unary op's bf16 x is widened first and a bf16 y rounded from the f32 result.
 #include <cmath>
 
@@ -71,6 +72,12 @@ UnaryAlgorithm algorithm_of(UnaryOp op) {
     case UnaryOp::kTanh: return {algorithm::eltwise_tanh, algorithm::eltwise_tanh_use_dst_for_bwd, 0, 0, true};
     case UnaryOp::kGeluErf: return {algorithm::eltwise_gelu_erf, algorithm::eltwise_gelu_erf};
     case UnaryOp::kGeluTanh: return {algorithm::eltwise_gelu_tanh, algorithm::eltwise_gelu_tanh};
+    case UnaryOp::kSigmoid:
+      return {algorithm::eltwise_logistic, algorithm::eltwise_logistic_use_dst_for_bwd, 0, 0, true};
+    case UnaryOp::kSilu: return {algorithm::eltwise_swish, algorithm::eltwise_swish, 1.0f, 0.0f};  // x sigmoid(1 x)
+    case UnaryOp::kAbs: return {algorithm::eltwise_abs, algorithm::eltwise_abs};
+    case UnaryOp::kSin:
+    case UnaryOp::kCos: break;  // libm loops (unary, unary_backward)
   }
   return {algorithm::eltwise_linear, algorithm::eltwise_linear, 1.0f, 0.0f};
 }
@@ -86,6 +93,33 @@ struct UnaryBackwardPlan {
   dnnl::eltwise_backward::primitive_desc pd;
   dnnl::eltwise_backward prim;
 };
+
+// f(i) for i in [0, n), on the context's threads when n is large.
+template <typename F>
+void pointwise(int64_t n, F f) {
+#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
+  for (int64_t i = 0; i < n; ++i) f(i);
+}
+
+// The functions oneDNN's eltwise lacks (sin, cos) or computes too loosely (its eltwise_log is off
+// by up to ~1.4e-6 absolute, 1,832 ulp near 1; glibc's logf is within an ulp of the true value, as
+// PyTorch's CPU log is): libm, element by element. False for the rest.
+bool libm_forward(UnaryOp op, const float* x, float* y, int64_t n) {
+  switch (op) {
+    case UnaryOp::kLog: pointwise(n, [&](int64_t i) { y[i] = std::log(x[i]); }); return true;
+    case UnaryOp::kSin: pointwise(n, [&](int64_t i) { y[i] = std::sin(x[i]); }); return true;
+    case UnaryOp::kCos: pointwise(n, [&](int64_t i) { y[i] = std::cos(x[i]); }); return true;
+    default: return false;
+  }
+}
+
+bool libm_backward(UnaryOp op, const float* x, const float* dy, float* dx, int64_t n) {
+  switch (op) {
+    case UnaryOp::kSin: pointwise(n, [&](int64_t i) { dx[i] = dy[i] * std::cos(x[i]); }); return true;
+    case UnaryOp::kCos: pointwise(n, [&](int64_t i) { dx[i] = -dy[i] * std::sin(x[i]); }); return true;
+    default: return false;
+  }
+}
 
 dnnl::eltwise_forward::primitive_desc forward_pd(const UnaryAlgorithm& alg, dnnl::algorithm which,
                                                  const memory::desc& md) {
@@ -122,16 +156,7 @@ void unary(Ctx& ctx, UnaryOp op, const Tensor& x_in, Tensor& y) {
     to_bf16(ctx, y32, y);
     return;
   }
-  if (op == UnaryOp::kLog && x.dtype() == DType::kF32 && y.dtype() == DType::kF32) {
-    // oneDNN's eltwise_log is off by up to ~1.4e-6 absolute (1,832 ulp near 1); glibc's logf is
-    // within an ulp of the true value, as PyTorch's CPU log is.
-    const float* px = x.data<float>();
-    float* py = y.data<float>();
-    const int64_t n = x.numel();
-#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
-    for (int64_t i = 0; i < n; ++i) py[i] = std::log(px[i]);
-    return;
-  }
+  if (libm_forward(op, x.data<float>(), y.data<float>(), x.numel())) return;
   static PlanCache<UnaryForwardPlan> cache;
   const UnaryForwardPlan& plan = cache.get(PlanKey(1).add({static_cast<int64_t>(op), x.numel(), ctx.num_threads()}), [&] {
     return dnnl_check("eltwise_forward::primitive_desc", {&x, &y}, [&] {
@@ -150,6 +175,7 @@ void unary_backward(Ctx& ctx, UnaryOp op, const Tensor& x_in, const Tensor& y, c
   apply_thread_budget(ctx);
   if (x_in.numel() == 0) return;
   const Tensor x = f32_of(ctx, x_in);
+  if (libm_backward(op, x.data<float>(), dy.data<float>(), dx.data<float>(), x.numel())) return;
   static PlanCache<UnaryBackwardPlan> cache;
   const UnaryAlgorithm alg = algorithm_of(op);
   const UnaryBackwardPlan& plan = cache.get(PlanKey(2).add({static_cast<int64_t>(op), x.numel(), ctx.num_threads()}), [&] {

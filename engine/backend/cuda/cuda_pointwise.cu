@@ -52,7 +52,12 @@ __device__ __forceinline__ float unary_value(UnaryOp op, float x) {
     case UnaryOp::kRsqrt: return 1.0f / sqrtf(x);
     case UnaryOp::kTanh: return tanhf(x);
     case UnaryOp::kGeluErf: return 0.5f * x * (1.0f + erff(x * kSqrtHalf));
-    default: return 0.5f * x * (1.0f + tanhf(kGeluTanhK * (x + kGeluTanhA * x * x * x)));
+    case UnaryOp::kGeluTanh: return 0.5f * x * (1.0f + tanhf(kGeluTanhK * (x + kGeluTanhA * x * x * x)));
+    case UnaryOp::kSigmoid: return 1.0f / (1.0f + expf(-x));
+    case UnaryOp::kSilu: return x / (1.0f + expf(-x));
+    case UnaryOp::kAbs: return fabsf(x);
+    case UnaryOp::kSin: return sinf(x);
+    default: return cosf(x);  // kCos
   }
 }
 
@@ -65,10 +70,18 @@ __device__ __forceinline__ float unary_derivative(UnaryOp op, float x, float y) 
     case UnaryOp::kRsqrt: return -0.5f * y * y * y;
     case UnaryOp::kTanh: return 1.0f - y * y;
     case UnaryOp::kGeluErf: return 0.5f * (1.0f + erff(x * kSqrtHalf)) + x * kInvSqrt2Pi * expf(-0.5f * x * x);
-    default: {
+    case UnaryOp::kGeluTanh: {
       const float t = tanhf(kGeluTanhK * (x + kGeluTanhA * x * x * x));
       return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kGeluTanhK * (1.0f + 3.0f * kGeluTanhA * x * x);
     }
+    case UnaryOp::kSigmoid: return y * (1.0f - y);
+    case UnaryOp::kSilu: {
+      const float s = 1.0f / (1.0f + expf(-x));
+      return s * (1.0f + x * (1.0f - s));
+    }
+    case UnaryOp::kAbs: return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : 0.0f);
+    case UnaryOp::kSin: return cosf(x);
+    default: return -sinf(x);  // kCos
   }
 }
 
