@@ -2,6 +2,7 @@
 // (backend::matmul, add, axpy, ...), each checked and dispatched to the context's device.
 #pragma once
 
+#include "engine/autograd/composite.h"
 #include "engine/autograd/ops.h"
 #include "engine/autograd/variable.h"
 #include "engine/backend/factories.h"

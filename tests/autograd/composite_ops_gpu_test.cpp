@@ -1,0 +1,78 @@
+// The composite ops (engine/autograd/composite.h) on CUDA against the CPU backend: values and
+// gradients of stack, var and std, tril and triu, and the MSE, L1 and BCE-with-logits losses, on
+// the same random inputs. They add no kernel of their own; this holds their chains (and the new
+// unary kernels under them) together on the GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <vector>
+
+#include "engine/autograd/composite.h"
+#include "engine/core/random.h"
+#include "tests/support/gpu.h"
+
+namespace tandem::autograd {
+namespace {
+
+Tensor random_tensor(const Shape& s, uint64_t seed, float lo, float hi) {
+  Generator g(seed);
+  Tensor t = Tensor::empty(s);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = g.uniform(lo, hi);
+  return t;
+}
+
+Tensor gpu(const Tensor& t) { return t.to(Device::cuda(0)); }
+
+// The worst element's error relative to the largest |want| (a NaN fails).
+double rel_error(const Tensor& got, const Tensor& want) {
+  const std::vector<float> g = got.to(Device::cpu()).to_vector(), w = want.to(Device::cpu()).to_vector();
+  EXPECT_EQ(g.size(), w.size());
+  double diff = 0.0, scale = 1e-12;
+  for (size_t i = 0; i < std::min(g.size(), w.size()); ++i) {
+    const double d = std::abs(static_cast<double>(g[i]) - w[i]);
+    diff = std::isnan(d) ? INFINITY : std::max(diff, d);
+    scale = std::max(scale, std::abs(static_cast<double>(w[i])));
+  }
+  return diff / scale;
+}
+
+using Fn = std::function<Variable(ExecutionContext&, const std::vector<Variable>&)>;
+
+// f's value and its inputs' gradients for a unit upstream gradient of the summed output.
+std::vector<Tensor> run(ExecutionContext& ctx, const Fn& f, const std::vector<Tensor>& inputs) {
+  std::vector<Variable> vars;
+  for (const Tensor& t : inputs) vars.emplace_back(ctx.device().is_cpu() ? t : gpu(t), true);
+  Variable y = f(ctx, vars);
+  sum(ctx, y).backward(&ctx);
+  std::vector<Tensor> out{y.value()};
+  for (Variable& v : vars) out.push_back(v.grad());
+  return out;
+}
+
+void expect_match(const char* what, const Fn& f, const std::vector<Tensor>& inputs) {
+  ExecutionContext cpu(Device::cpu(), 2, 1), cuda(Device::cuda(0));
+  const std::vector<Tensor> want = run(cpu, f, inputs), got = run(cuda, f, inputs);
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_LT(rel_error(got[i], want[i]), 1e-5) << what << " output " << i;
+}
+
+TEST(CudaCompositeOps, MatchTheCpu) {
+  TANDEM_REQUIRE_PLUGIN_GPU();
+  const Tensor a = random_tensor({5, 33}, 1, -2.0f, 2.0f), b = random_tensor({5, 33}, 2, -2.0f, 2.0f);
+  const Tensor probs = random_tensor({5, 33}, 3, 0.0f, 1.0f);
+  expect_match("stack", [](auto& ctx, const auto& v) { return stack(ctx, std::span<const Variable>(v), 1); }, {a, b});
+  const int last[] = {-1};
+  expect_match("var", [&](auto& ctx, const auto& v) { return var(ctx, v[0], last); }, {a});
+  expect_match("std", [](auto& ctx, const auto& v) { return std(ctx, v[0]); }, {a});
+  expect_match("tril", [](auto& ctx, const auto& v) { return tril(ctx, v[0], 2); }, {a});
+  expect_match("triu", [](auto& ctx, const auto& v) { return triu(ctx, v[0], -1); }, {a});
+  expect_match("mse_loss", [](auto& ctx, const auto& v) { return mse_loss(ctx, v[0], v[1]); }, {a, b});
+  expect_match("l1_loss", [](auto& ctx, const auto& v) { return l1_loss(ctx, v[0], v[1]); }, {a, b});
+  expect_match("bce_with_logits",
+               [](auto& ctx, const auto& v) { return binary_cross_entropy_with_logits(ctx, v[0], v[1]); },
+               {a, probs});
+}
+
+}  // namespace
+}  // namespace tandem::autograd
