@@ -12,8 +12,11 @@
 namespace tandem::backend {
 
 // arange's element i in double (torch.arange's accumulate type for floats), rounded once by the caller.
+// One fused multiply-add on every backend (nvcc would contract a product and a sum into one, a host
+// compiler may not, and the two can differ in the last bit); a step of 0 (full) gives start itself,
+// -0.0 included.
 TANDEM_HOST_DEVICE inline double arange_element(double start, double step, int64_t i) {
-  return start + static_cast<double>(i) * step;
+  return step == 0.0 ? start : fma(static_cast<double>(i), step, start);
 }
 
 // Element i of rand / randn from the stream of `seed`: uniform a + (b - a) u_i, or normal

@@ -18,6 +18,27 @@ constexpr double kInt64End = 9223372036854775808.0;
 
 bool fits_int64(double v) { return whole(v) && v >= -kInt64End && v < kInt64End; }
 
+// The length of an i64 arange of whole start and step, torch's ceil((end - start) / step) in integer
+// arithmetic (a double loses integers past 2^53), after checking that its last value fits int64, so
+// that the kernels' start + i step cannot overflow.
+int64_t i64_count(double start, double end, double step) {
+  TANDEM_CHECK(std::abs(end) < kInt64End, ErrorCode::kInvalidArgument,
+               "arange: end {} lies outside int64's range; pass dtype f32", end);
+  const auto s = static_cast<int64_t>(start), d = static_cast<int64_t>(step);
+  // The first integer the range must not reach: ceil(end) going up, floor(end) going down.
+  const auto e = static_cast<int64_t>(d > 0 ? std::ceil(end) : std::floor(end));
+  int64_t span = 0, last = 0;
+  TANDEM_CHECK(!__builtin_sub_overflow(e, s, &span) && span != std::numeric_limits<int64_t>::min(),
+               ErrorCode::kResourceExhausted, "arange: [{}, {}) in steps of {} has more values than a tensor can hold",
+               start, end, step);
+  const int64_t count = span / d + (span % d != 0 ? 1 : 0);  // span and d have one sign (or span is 0)
+  const bool fits =
+      count == 0 || (!__builtin_mul_overflow(count - 1, d, &last) && !__builtin_add_overflow(s, last, &last));
+  TANDEM_CHECK(fits, ErrorCode::kInvalidArgument,
+               "arange: the last value of [{}, {}) in steps of {} lies outside int64's range", start, end, step);
+  return count;
+}
+
 void check_dtype(std::string_view op, DType dtype) {
   TANDEM_CHECK(dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kI64, ErrorCode::kInvalidArgument,
                "{}: dtype {} is not one it makes: use f32, bf16 or i64", op, dtype_name(dtype));
@@ -70,11 +91,10 @@ Tensor arange(ExecutionContext& ctx, double start, double end, double step, std:
   TANDEM_CHECK(count < static_cast<double>(int64_t{1} << 56), ErrorCode::kResourceExhausted,
                "arange: [{}, {}) in steps of {} has {} values, more than a tensor can hold", start, end, step, count);
   const DType type = dtype ? *dtype : (whole(start) && whole(end) && whole(step) ? DType::kI64 : DType::kF32);
-  const bool whole_steps = whole(start) && whole(step);  // else filled() refuses i64, naming the value
-  TANDEM_CHECK(type != DType::kI64 || !whole_steps || count == 0.0 || fits_int64(start + (count - 1.0) * step),
-               ErrorCode::kInvalidArgument, "arange: the last value {} of [{}, {}) lies outside int64's range",
-               start + (count - 1.0) * step, start, end);
-  return filled(ctx, "arange", Shape{static_cast<int64_t>(count)}, start, step, type);
+  // A fractional start or step cannot make i64 values: filled() refuses them, naming the value.
+  const bool exact = type == DType::kI64 && fits_int64(start) && fits_int64(step);
+  const int64_t n = exact ? i64_count(start, end, step) : static_cast<int64_t>(count);
+  return filled(ctx, "arange", Shape{n}, start, step, type);
 }
 
 Tensor arange(ExecutionContext& ctx, double end, std::optional<DType> dtype) { return arange(ctx, 0.0, end, 1.0, dtype); }

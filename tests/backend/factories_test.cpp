@@ -71,6 +71,29 @@ TEST(Factories, ArangeRefusesWhatTorchRefuses) {
   expect_invalid([&] { arange(ctx, 5, 0, 1); }, "inconsistent with step sign");
   expect_invalid([&] { arange(ctx, 0, INFINITY); }, "must be finite");
   expect_invalid([&] { arange(ctx, 0, 2, 0.5, DType::kI64); }, "not a whole number");
+  // An end past int64's range: its last value, 2^63 (a double calls it 2^63 - 1024), would overflow the
+  // kernels' start + i step.
+  expect_invalid([&] { arange(ctx, -1024, 10760600709663905792.0, 3074457345618258944.0); },
+                 "lies outside int64's range");
+  expect_invalid([&] { arange(ctx, 9.2e18, 9.4e18, 1e17); }, "end 9.4e+18 lies outside int64's range");
+}
+
+TEST(Factories, AnI64ArangeCountsInIntegers) {
+  ExecutionContext ctx;
+  // torch.arange(-1, 2**60, 2**50) has 1025 values, the last 2**60 - 1; (2^60 + 1) / 2^50 in doubles
+  // rounds to exactly 1024 and drops it.
+  const double big = 1152921504606846976.0, step = 1125899906842624.0;  // 2^60, 2^50
+  const std::vector<int64_t> v = i64_values(arange(ctx, -1, big, step));
+  ASSERT_EQ(v.size(), 1025u);
+  EXPECT_EQ(v.back(), (int64_t{1} << 60) - 1);
+  EXPECT_EQ(i64_values(arange(ctx, 0, 5.5, 2, DType::kI64)), (std::vector<int64_t>{0, 2, 4}));
+  EXPECT_EQ(i64_values(arange(ctx, 5, 0.5, -2, DType::kI64)), (std::vector<int64_t>{5, 3, 1}));
+}
+
+TEST(Factories, FullKeepsTheSignOfZero) {
+  ExecutionContext ctx;
+  for (float v : full(ctx, {4}, -0.0).to_vector()) EXPECT_TRUE(std::signbit(v));
+  EXPECT_TRUE(std::signbit(bf16_to_float(full(ctx, {2}, -0.0, DType::kBF16).data<BFloat16>()[1])));
 }
 
 TEST(Factories, RandDrawsTheGeneratorsStreamOfAFreshSeed) {
