@@ -1,8 +1,9 @@
 // Modules: Module (parameters, buffers, train/eval, to(device)), the layers (Conv2d, BatchNorm2d,
-// Linear, Embedding, pooling, Dropout, Sequential), the transformer layers (LayerNorm, GELU,
+// Linear, Embedding, pooling, Dropout, Sequential), ModuleList and ModuleDict, the transformer layers (LayerNorm, GELU,
 // MultiheadAttention, TransformerEncoderLayer) and initialisers.
 #pragma once
 
+#include "engine/nn/containers.h"
 #include "engine/nn/embedding.h"
 #include "engine/nn/init.h"
 #include "engine/nn/layers.h"
