@@ -1,7 +1,8 @@
 // Pointwise kernels of N-D tensors on the GPU: broadcasting add, sub, mul and div (each operand
 // read through its coalesced broadcast view), the unary functions and their derivatives, and
-// masked_fill (a unary op reads x and writes y in f32 or bf16). Products and sums use __fmul_rn / __fadd_rn (no FMA contraction), so these agree
-// with the CPU backend to the last bit where the CPU computes the same expression.
+// masked_fill (a unary op reads x and writes y in f32 or bf16). Products and sums use __fmul_rn /
+// __fadd_rn (no FMA contraction), so these agree with the CPU backend to the last bit where the CPU
+// computes the same expression.
 #include <cuda_runtime.h>
 
 #include <cstdint>
