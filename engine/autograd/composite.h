@@ -33,6 +33,12 @@ Variable mse_loss(ExecutionContext& ctx, const Variable& input, const Variable& 
                   LossReduction reduction = LossReduction::kMean);
 Variable l1_loss(ExecutionContext& ctx, const Variable& input, const Variable& target,
                  LossReduction reduction = LossReduction::kMean);
+// F.smooth_l1_loss: 0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta (beta 0: l1_loss), and
+// F.huber_loss: delta times smooth_l1_loss with beta = delta; d = input - target. beta >= 0, delta > 0.
+Variable smooth_l1_loss(ExecutionContext& ctx, const Variable& input, const Variable& target,
+                        LossReduction reduction = LossReduction::kMean, float beta = 1.0f);
+Variable huber_loss(ExecutionContext& ctx, const Variable& input, const Variable& target,
+                    LossReduction reduction = LossReduction::kMean, float delta = 1.0f);
 // F.binary_cross_entropy_with_logits: max(x, 0) - x y + log(1 + exp(-|x|)) per element, for
 // targets y in [0, 1] of x's shape; dx = sigmoid(x) - y, dy = -x.
 Variable binary_cross_entropy_with_logits(ExecutionContext& ctx, const Variable& logits, const Variable& target,

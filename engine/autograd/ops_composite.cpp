@@ -110,6 +110,26 @@ Variable l1_loss(ExecutionContext& ctx, const Variable& input, const Variable& t
   return reduce(ctx, abs(ctx, sub(ctx, input, target)), reduction);
 }
 
+Variable smooth_l1_loss(ExecutionContext& ctx, const Variable& input, const Variable& target, LossReduction reduction,
+                        float beta) {
+  check_same_shape("smooth_l1_loss", input, target);
+  TANDEM_CHECK(beta >= 0.0f, ErrorCode::kInvalidArgument, "smooth_l1_loss: beta must be non-negative, got {}", beta);
+  if (beta == 0.0f) return l1_loss(ctx, input, target, reduction);  // PyTorch's rule
+  // With a = |d| and m = min(a, beta) = a - relu(a - beta): 0.5 m^2 / beta + (a - m) is the quadratic
+  // below beta and the line above it, and its gradient is a / beta below, 1 above (relu's 0 at beta).
+  Variable a = abs(ctx, sub(ctx, input, target));
+  Variable beta_t(backend::full(ctx, a.shape(), beta));
+  Variable m = sub(ctx, a, relu(ctx, sub(ctx, a, beta_t)));
+  Variable elements = add(ctx, scale(ctx, mul(ctx, m, m), 0.5f / beta), sub(ctx, a, m));
+  return reduce(ctx, elements, reduction);
+}
+
+Variable huber_loss(ExecutionContext& ctx, const Variable& input, const Variable& target, LossReduction reduction,
+                    float delta) {
+  TANDEM_CHECK(delta > 0.0f, ErrorCode::kInvalidArgument, "huber_loss: delta must be positive, got {}", delta);
+  return scale(ctx, smooth_l1_loss(ctx, input, target, reduction, delta), delta);
+}
+
 Variable binary_cross_entropy_with_logits(ExecutionContext& ctx, const Variable& logits, const Variable& target,
                                           LossReduction reduction) {
   check_same_shape("binary_cross_entropy_with_logits", logits, target);

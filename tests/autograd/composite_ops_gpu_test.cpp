@@ -1,5 +1,5 @@
 // The composite ops (engine/autograd/composite.h) on CUDA against the CPU backend: values and
-// gradients of stack, var and std, tril and triu, and the MSE, L1 and BCE-with-logits losses, on
+// gradients of stack, var and std, tril and triu, and the MSE, L1, smooth L1 and BCE-with-logits losses, on
 // the same random inputs. They add no kernel of their own; this holds their chains (and the new
 // unary kernels under them) together on the GPU.
 #include <gtest/gtest.h>
@@ -69,6 +69,9 @@ TEST(CudaCompositeOps, MatchTheCpu) {
   expect_match("triu", [](auto& ctx, const auto& v) { return triu(ctx, v[0], -1); }, {a});
   expect_match("mse_loss", [](auto& ctx, const auto& v) { return mse_loss(ctx, v[0], v[1]); }, {a, b});
   expect_match("l1_loss", [](auto& ctx, const auto& v) { return l1_loss(ctx, v[0], v[1]); }, {a, b});
+  expect_match("smooth_l1_loss",
+               [](auto& ctx, const auto& v) { return smooth_l1_loss(ctx, v[0], v[1], LossReduction::kMean, 0.5f); },
+               {a, b});
   expect_match("bce_with_logits",
                [](auto& ctx, const auto& v) { return binary_cross_entropy_with_logits(ctx, v[0], v[1]); },
                {a, probs});

@@ -1,4 +1,5 @@
-// The composite ops (composite.h) against double references written from PyTorch's definitions,
+// The composite ops (composite.h: stack, var/std, tril/triu, the MSE, L1, smooth L1, Huber and BCE
+// losses) against double references written from PyTorch's definitions,
 // their gradients against central differences (check_gradients), and their errors. BCE with logits
 // is also held to its closed-form gradient at logits of exactly 0, where a chain through relu and
 // abs would give -y instead of 0.5 - y.
@@ -135,6 +136,32 @@ TEST_F(CompositeOpsTest, MseAndL1LossesInEachReduction) {
   expect_grads([&](const auto& in) { return l1_loss(ctx_, in[0], in[1], LossReduction::kSum); }, {x, t}, "l1_loss");
   expect_error([&] { mse_loss(ctx_, Variable(x), Variable(random_tensor({4, 1}, 10))); },
                "mse_loss: target [4, 1] must have the input's shape [4, 3]");
+}
+
+TEST_F(CompositeOpsTest, SmoothL1AndHuberAreQuadraticInsideAndLinearOutside) {
+  const Tensor x = random_tensor({5, 4}, 14, -3.0f, 3.0f), t = random_tensor({5, 4}, 15, -1.0f, 1.0f);
+  const std::vector<float> xv = x.to_vector(), tv = t.to_vector();
+  for (float beta : {0.5f, 1.0f, 2.0f}) {
+    double smooth = 0.0, huber = 0.0;
+    for (size_t i = 0; i < xv.size(); ++i) {
+      const double a = std::abs(static_cast<double>(xv[i]) - tv[i]);
+      smooth += a < beta ? 0.5 * a * a / beta : a - 0.5 * beta;
+      huber += a <= beta ? 0.5 * a * a : beta * (a - 0.5 * beta);
+    }
+    SCOPED_TRACE(::testing::Message() << "beta " << beta);
+    EXPECT_NEAR(smooth_l1_loss(ctx_, Variable(x), Variable(t), LossReduction::kSum, beta).value().to_vector()[0], smooth,
+                1e-5 * smooth);
+    EXPECT_NEAR(huber_loss(ctx_, Variable(x), Variable(t), LossReduction::kMean, beta).value().to_vector()[0],
+                huber / 20.0, 1e-5 * huber);
+    expect_grads([&](const auto& in) { return smooth_l1_loss(ctx_, in[0], in[1], LossReduction::kSum, beta); }, {x, t},
+                 "smooth_l1_loss");
+  }
+  EXPECT_EQ(smooth_l1_loss(ctx_, Variable(x), Variable(t), LossReduction::kMean, 0.0f).value().to_vector(),
+            l1_loss(ctx_, Variable(x), Variable(t)).value().to_vector());
+  expect_error([&] { huber_loss(ctx_, Variable(x), Variable(t), LossReduction::kMean, 0.0f); },
+               "huber_loss: delta must be positive");
+  expect_error([&] { smooth_l1_loss(ctx_, Variable(x), Variable(t), LossReduction::kMean, -1.0f); },
+               "beta must be non-negative");
 }
 
 TEST_F(CompositeOpsTest, BinaryCrossEntropyWithLogitsIsStableAndHasTheClosedFormGradient) {
