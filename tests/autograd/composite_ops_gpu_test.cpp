@@ -10,18 +10,13 @@
 #include <vector>
 
 #include "engine/autograd/composite.h"
-#include "engine/core/random.h"
+#include "tests/autograd/autograd_test_util.h"
 #include "tests/support/gpu.h"
 
 namespace tandem::autograd {
 namespace {
 
-Tensor random_tensor(const Shape& s, uint64_t seed, float lo, float hi) {
-  Generator g(seed);
-  Tensor t = Tensor::empty(s);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = g.uniform(lo, hi);
-  return t;
-}
+using tandem::testing::random_tensor;
 
 Tensor gpu(const Tensor& t) { return t.to(Device::cuda(0)); }
 

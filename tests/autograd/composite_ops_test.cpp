@@ -13,17 +13,12 @@
 
 #include "engine/autograd/composite.h"
 #include "engine/autograd/gradcheck.h"
-#include "engine/core/random.h"
+#include "tests/autograd/autograd_test_util.h"
 
 namespace tandem::autograd {
 namespace {
 
-Tensor random_tensor(const Shape& s, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
-  Generator g(seed);
-  Tensor t = Tensor::empty(s);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = g.uniform(lo, hi);
-  return t;
-}
+using tandem::testing::random_tensor;
 
 class CompositeOpsTest : public ::testing::Test {
  protected:

@@ -8,16 +8,12 @@
 #include "engine/autograd/gradcheck.h"
 #include "engine/autograd/ops.h"
 #include "engine/core/random.h"
+#include "tests/autograd/autograd_test_util.h"
 
 namespace tandem::autograd {
 namespace {
 
-Tensor random_tensor(const Shape& s, uint64_t seed) {
-  Generator g(seed);
-  Tensor t = Tensor::empty(s);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = g.uniform(-1.0f, 1.0f);
-  return t;
-}
+using tandem::testing::random_tensor;
 
 // The composition this op replaces, as models/gpt.cpp wrote it: qkv (B, T, 3C) -> (B, T, C).
 Variable split_attention_merge(ExecutionContext& ctx, const Variable& qkv, int64_t h, float dropout, bool causal) {

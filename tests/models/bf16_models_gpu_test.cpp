@@ -10,23 +10,17 @@
 #include <cmath>
 #include <string>
 
-#include "engine/backend/plugin_loader.h"
 #include "engine/nn/init.h"
 #include "tests/models/bf16_step_util.h"
+#include "tests/support/gpu.h"
 
 namespace tandem::models {
 namespace {
 
-std::string gpu_skip_reason() {
-  const backend::CudaPluginStatus& status = backend::load_cuda_plugin();
-  if (!status.loaded) return status.summary();
-  return status.device_count > 0 ? std::string() : "the CUDA plugin sees no GPU";
-}
-
 class Bf16ModelsGpu : public ::testing::TestWithParam<ModelSpec> {};
 
 TEST_P(Bf16ModelsGpu, StepWithinTwiceTheEffectOfRoundingTheWeightsOfTheCpusF32Step) {
-  if (std::string reason = gpu_skip_reason(); !reason.empty()) GTEST_SKIP() << reason;
+  TANDEM_REQUIRE_PLUGIN_GPU();
   const ModelSpec& spec = GetParam();
   nn::init::manual_seed(1);
   auto cpu_model = create_model(spec), gpu_model = create_model(spec);

@@ -20,22 +20,12 @@
 #include "models/gpt_generate.h"
 #include "models/registry.h"
 #include "tests/models/transformer_test_util.h"
+#include "tests/support/gpu.h"
 
 namespace tandem::models {
 namespace {
 
 const Device kGpu = Device::cuda(0);
-
-std::string gpu_skip_reason() {
-  const backend::CudaPluginStatus& status = backend::load_cuda_plugin();
-  if (!status.loaded) return status.summary();
-  return status.device_count > 0 ? std::string() : "the CUDA plugin sees no GPU";
-}
-
-#define TANDEM_REQUIRE_GPU()                                                        \
-  do {                                                                              \
-    if (std::string reason = gpu_skip_reason(); !reason.empty()) GTEST_SKIP() << reason; \
-  } while (false)
 
 using testing::random_ids;
 using testing::scaled_error;
@@ -93,21 +83,21 @@ void train_both(Pair& m, const Tensor& x, const Tensor& labels, int64_t divisor,
 }
 
 TEST(TransformerGpu, GptTrainsOnTheGpuAsOnTheCpu) {
-  TANDEM_REQUIRE_GPU();
+  TANDEM_REQUIRE_PLUGIN_GPU();
   // Head size 16 takes the tiled attention kernels; 3 steps of AdamW follow the CPU.
   Pair m = make_pair({.name = "gpt", .block_size = 32, .vocab_size = 61, .n_layer = 2, .n_head = 2, .n_embd = 32});
   train_both(m, random_ids({3, 29}, 61, 1), random_ids({3, 29}, 61, 2), 3 * 29, 3);
 }
 
 TEST(TransformerGpu, GptWithAnOddHeadSizeTakesTheUnfusedPathAndStillMatches) {
-  TANDEM_REQUIRE_GPU();
+  TANDEM_REQUIRE_PLUGIN_GPU();
   Pair m = make_pair({.name = "gpt", .block_size = 16, .vocab_size = 23, .n_layer = 1, .n_head = 3, .n_embd = 30,
                       .bias = false});
   train_both(m, random_ids({2, 13}, 23, 3), random_ids({2, 13}, 23, 4), 2 * 13, 2);
 }
 
 TEST(TransformerGpu, VitTrainsOnTheGpuAsOnTheCpu) {
-  TANDEM_REQUIRE_GPU();
+  TANDEM_REQUIRE_PLUGIN_GPU();
   Pair m = make_pair({.name = "vit", .num_classes = 5, .in_channels = 1, .input_size = 12, .patch_size = 4,
                       .num_layers = 2, .num_heads = 2, .hidden_dim = 32, .mlp_dim = 40});
   Generator g(6);
@@ -129,7 +119,7 @@ autograd::Variable fused_gpt_loss(ExecutionContext& ctx, nn::Module& model, cons
 }
 
 TEST(TransformerGpu, GptTrainsInBf16OnTheTensorCoresAsInF32OnTheCpu) {
-  TANDEM_REQUIRE_GPU();
+  TANDEM_REQUIRE_PLUGIN_GPU();
   // Head size 64 under precision: bf16: packed attention on the tensor cores, bf16 products
   // everywhere, the fused classifier in chunks of 100 rows; 50 AdamW steps on one batch follow the
   // CPU's f32 losses (unfused) within bf16's rounding.
@@ -164,7 +154,7 @@ TEST(TransformerGpu, GptTrainsInBf16OnTheTensorCoresAsInF32OnTheCpu) {
 // linear_cross_entropy_loss on the GPU, in one chunk and in uneven chunks, against the unfused ops
 // on the CPU in f32; under bf16 within bf16's rounding. Two GPU runs give the same bits.
 TEST(TransformerGpu, FusedClassifierMatchesTheUnfusedOpsOnTheCpu) {
-  TANDEM_REQUIRE_GPU();
+  TANDEM_REQUIRE_PLUGIN_GPU();
   Generator g(3);
   auto normal = [&](const Shape& shape, float std) {
     Tensor t = Tensor::empty(shape);
@@ -206,7 +196,7 @@ TEST(TransformerGpu, FusedClassifierMatchesTheUnfusedOpsOnTheCpu) {
 // The plugin counts every time the host waits for the GPU (tandem_cuda_host_synchronizations): a
 // steady GPT step in bf16 adds none; reading the loss, as a log line does, adds one.
 TEST(TransformerGpu, ASteadyGptStepNeverMakesTheHostWait) {
-  TANDEM_REQUIRE_GPU();
+  TANDEM_REQUIRE_PLUGIN_GPU();
   std::string error;
   const auto host_waits = backend::cuda_plugin_function<uint64_t (*)()>("tandem_cuda_host_synchronizations", &error);
   ASSERT_NE(host_waits, nullptr) << error;
@@ -236,7 +226,7 @@ TEST(TransformerGpu, ASteadyGptStepNeverMakesTheHostWait) {
 }
 
 TEST(TransformerGpu, GreedyGenerationOnTheGpuGivesTheCpusTokensWithAndWithoutTheCache) {
-  TANDEM_REQUIRE_GPU();
+  TANDEM_REQUIRE_PLUGIN_GPU();
   Pair m = make_pair({.name = "gpt", .block_size = 16, .vocab_size = 40, .n_layer = 2, .n_head = 2, .n_embd = 32},
                      0.3f);
   auto& cpu_model = dynamic_cast<Gpt&>(*m.cpu);
