@@ -14,7 +14,7 @@ namespace {
 
 GpuMonitorOptions fake(std::optional<std::string> visible = std::nullopt) {
   GpuMonitorOptions options;
-  options.library = std::string(TANDEM_DOCTOR_FAKES) + "/ready_2gpu/libnvidia-ml.so.1";
+  options.library = TANDEM_DOCTOR_FAKES "/ready_2gpu/libnvidia-ml.so.1";
   options.cuda_visible_devices = std::move(visible);
   return options;
 }
@@ -111,7 +111,7 @@ TEST(GpuMonitor, PciBusIdsWinOverEveryOtherHint) {
 
 TEST(GpuMonitor, MissingLibraryIsNullWithTheReason) {
   GpuMonitorOptions options = fake();
-  options.library = std::string(TANDEM_DOCTOR_FAKES) + "/no_nvml/libnvidia-ml.so.1";
+  options.library = TANDEM_DOCTOR_FAKES "/no_nvml/libnvidia-ml.so.1";
   std::string why;
   EXPECT_EQ(GpuMonitor::open(&why, options), nullptr);
   EXPECT_TRUE(why.starts_with("NVML not available: ")) << why;
