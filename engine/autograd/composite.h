@@ -3,7 +3,9 @@
 // binary_cross_entropy_with_logits, whose gradient is written out: sigmoid(x) - y, also at x = 0).
 #pragma once
 
+#include <optional>
 #include <span>
+#include <string_view>
 
 #include "engine/autograd/ops.h"
 
@@ -25,8 +27,9 @@ Variable std(ExecutionContext& ctx, const Variable& x, std::span<const int> dims
 Variable tril(ExecutionContext& ctx, const Variable& x, int64_t diagonal = 0);
 Variable triu(ExecutionContext& ctx, const Variable& x, int64_t diagonal = 0);
 
-// The reduction argument of PyTorch's losses.
-enum class LossReduction { kMean, kSum, kNone };
+// The reduction argument of PyTorch's losses. kBatchMean (the sum over the batch size, input's
+// first dimension) is kl_div's alone, as in PyTorch.
+enum class LossReduction { kMean, kSum, kNone, kBatchMean };
 
 // F.mse_loss and F.l1_loss of input and a target of its shape (gradients flow to both).
 Variable mse_loss(ExecutionContext& ctx, const Variable& input, const Variable& target,
@@ -43,5 +46,56 @@ Variable huber_loss(ExecutionContext& ctx, const Variable& input, const Variable
 // targets y in [0, 1] of x's shape; dx = sigmoid(x) - y, dy = -x.
 Variable binary_cross_entropy_with_logits(ExecutionContext& ctx, const Variable& logits, const Variable& target,
                                           LossReduction reduction = LossReduction::kMean);
+
+// F.kl_div(input, target): input holds log-probabilities; target probabilities (or, with
+// log_target, log-probabilities). Per element target (log target - input), 0 where target is 0
+// (PyTorch's xlogy), or exp(target) (target - input) with log_target. kMean averages every element
+// as PyTorch's 'mean' does; kBatchMean, the KL divergence's true mean, divides the sum by the batch size.
+Variable kl_div(ExecutionContext& ctx, const Variable& input, const Variable& target,
+                LossReduction reduction = LossReduction::kMean, bool log_target = false);
+
+// ---- Layers (ops_composite_layers.cpp). ----
+
+// torch.index_select: the slices of x at `index` (i64, 1-D or a single value) along dim, in index's
+// order, repeats allowed; the gradient of a repeated slice is the sum of its copies' (embedding's
+// deterministic backward: the same bits every run). f32 x.
+Variable index_select(ExecutionContext& ctx, const Variable& x, int dim, const Tensor& index);
+
+// F.rms_norm over the last normalized_dims dimensions: x / sqrt(mean(x^2) + eps), times weight (of
+// those dimensions' shape) when defined. eps defaults to PyTorch's, the f32 machine epsilon.
+Variable rms_norm(ExecutionContext& ctx, const Variable& x, int normalized_dims, const Variable& weight = {},
+                  std::optional<float> eps = std::nullopt);
+
+// F.group_norm: x (N, C, ...) normalised over each group of C / groups channels (and every element
+// after the channel dimension) with the biased variance, then weight and bias (C, may be undefined)
+// per channel. It runs as layer_norm of the (N, groups, rest) view.
+Variable group_norm(ExecutionContext& ctx, const Variable& x, int64_t groups, const Variable& weight = {},
+                    const Variable& bias = {}, float eps = 1e-5f);
+
+// F.conv1d: x (N, C, L) or (C, L), w (K, C / groups, R), b (K) or undefined -> (N, K, L') or (K, L'),
+// computed by conv2d on (N, C, 1, L).
+struct Conv1dParams {
+  int64_t stride = 1, padding = 0, dilation = 1, groups = 1;
+};
+Variable conv1d(ExecutionContext& ctx, const Variable& x, const Variable& w, const Variable& b,
+                const Conv1dParams& params = {});
+
+// F.pad: pads = {last dim's left, its right, the dim before's left, ...} (at most two per dimension).
+// kConstant fills with value, and a negative pad removes elements; kReflect mirrors without the edge
+// (a pad below the dimension's size), kReplicate repeats the edge, kCircular wraps around (a pad up
+// to the size); those three take no negative pad. Unlike PyTorch, every mode takes any rank.
+enum class PadMode { kConstant, kReflect, kReplicate, kCircular };
+Variable pad(ExecutionContext& ctx, const Variable& x, std::span<const int64_t> pads,
+             PadMode mode = PadMode::kConstant, float value = 0.0f);
+
+// ---- torch.einsum (einsum.cpp). ----
+
+// Operands named by letters ("bij,bjk->bik", "bhqd,bhkd->bhqk", "ij->ji", "i,i->", "ij,j"; without
+// "->" the output is the letters that appear once, in alphabetical order, as PyTorch's). Letters in
+// one operand only and not in the output are summed first; then operands are contracted left to
+// right, each pair as one batched matmul (batch letters, kept letters, summed letters) with the
+// permutes and reshapes around it. A letter's sizes must agree (no broadcasting of size 1), and a
+// letter repeated in one operand (a diagonal, "ii->i") and "..." are Unimplemented.
+Variable einsum(ExecutionContext& ctx, std::string_view equation, std::span<const Variable> operands);
 
 }  // namespace tandem::autograd

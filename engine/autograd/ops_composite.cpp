@@ -1,4 +1,5 @@
 // The ops of composite.h, each a short chain of the tape's ops.
+#include <limits>
 #include <vector>
 
 #include "engine/autograd/composite.h"
@@ -47,8 +48,10 @@ Variable reduce(ExecutionContext& ctx, const Variable& elements, LossReduction r
     case LossReduction::kMean: return mean(ctx, elements, {}, false);
     case LossReduction::kSum: return sum(ctx, elements, {}, false);
     case LossReduction::kNone: return elements;
+    case LossReduction::kBatchMean: break;
   }
-  return elements;
+  throw_error(ErrorCode::kInvalidArgument,
+              "reduction kBatchMean is kl_div's alone (as PyTorch's 'batchmean'); use kMean, kSum or kNone");
 }
 
 // BCE with logits' gradients for an upstream g: (sigmoid(x) - y) g for the logits, -x g for the target.
@@ -146,6 +149,24 @@ Variable binary_cross_entropy_with_logits(ExecutionContext& ctx, const Variable&
       make_op("binary_cross_entropy_with_logits", std::move(elements), {logits, target},
               [&ctx, x, y](const Tensor& g) { return std::vector<Tensor>{bce_dlogits(ctx, x, y, g), bce_dtarget(ctx, x, g)}; });
   return reduce(ctx, per_element, reduction);
+}
+
+Variable kl_div(ExecutionContext& ctx, const Variable& input, const Variable& target, LossReduction reduction,
+                bool log_target) {
+  check_same_shape("kl_div", input, target);
+  Variable elements;
+  if (log_target) {
+    elements = mul(ctx, exp(ctx, target), sub(ctx, target, input));
+  } else {
+    // xlogy(t, t) as t log(max(t, tiny)), max(t, tiny) = tiny + relu(t - tiny): 0 at t = 0 (0 log tiny),
+    // and exactly t log t above tiny, since tiny is below half an ulp of any such t.
+    const Variable tiny(backend::full(ctx, Shape{}, std::numeric_limits<float>::min()));
+    const Variable clamped = add(ctx, tiny, relu(ctx, sub(ctx, target, tiny)));
+    elements = mul(ctx, target, sub(ctx, log(ctx, clamped), input));
+  }
+  if (reduction != LossReduction::kBatchMean) return reduce(ctx, elements, reduction);
+  const int64_t batch = input.shape().rank() > 0 ? input.shape()[0] : 1;
+  return scale(ctx, sum(ctx, elements, {}, false), static_cast<float>(1.0 / static_cast<double>(batch)));
 }
 
 }  // namespace tandem::autograd

@@ -79,4 +79,21 @@ bool grad_enabled() { return grad_mode; }
 NoGradGuard::NoGradGuard() : previous_(grad_mode) { grad_mode = false; }
 NoGradGuard::~NoGradGuard() { grad_mode = previous_; }
 
+double Variable::item() const {
+  const Tensor& v = value();
+  TANDEM_CHECK(v.numel() == 1, ErrorCode::kInvalidArgument,
+               "item: a tensor with one element has a value; {} has {} (index or reduce it first)", v.describe(),
+               v.numel());
+  const Tensor host = v.to(Device::cpu()).to_format(MemoryFormat::kContiguous);
+  switch (host.dtype()) {
+    case DType::kF32: return host.data<float>()[0];
+    case DType::kBF16: return bf16_to_float(host.data<BFloat16>()[0]);
+    case DType::kF16: return half_to_float(host.data<Half>()[0]);
+    case DType::kI32: return host.data<int32_t>()[0];
+    case DType::kI64: return static_cast<double>(host.data<int64_t>()[0]);
+    case DType::kU8: return host.data<uint8_t>()[0];
+  }
+  return 0.0;
+}
+
 }  // namespace tandem::autograd

@@ -81,6 +81,9 @@ class Variable {
 
   // The same value, cut from the graph: no gradient flows through it.
   Variable detach() const { return Variable(held().value, false); }
+  // torch.Tensor.item(): a one-element tensor's value (any dtype; an i64 beyond 2^53 rounds),
+  // copied to the host, so on a GPU it waits for the work that computes it. InvalidArgument otherwise.
+  double item() const;
 
   VariableData* data() const { return root().get(); }
   const std::shared_ptr<VariableData>& shared_data() const { return root(); }

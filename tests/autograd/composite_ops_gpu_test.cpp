@@ -1,6 +1,6 @@
 // The composite ops (engine/autograd/composite.h) on CUDA against the CPU backend: values and
-// gradients of stack, var and std, tril and triu, and the MSE, L1, smooth L1 and BCE-with-logits losses, on
-// the same random inputs. They add no kernel of their own; this holds their chains (and the new
+// gradients of stack, var and std, tril and triu, the MSE, L1, smooth L1, BCE-with-logits and KL losses,
+// index_select, rms_norm, group_norm, conv1d, pad and einsum, on the same random inputs. They add no kernel of their own; this holds their chains (and the new
 // unary kernels under them) together on the GPU.
 #include <gtest/gtest.h>
 
@@ -70,6 +70,32 @@ TEST(CudaCompositeOps, MatchTheCpu) {
   expect_match("bce_with_logits",
                [](auto& ctx, const auto& v) { return binary_cross_entropy_with_logits(ctx, v[0], v[1]); },
                {a, probs});
+}
+
+TEST(CudaCompositeOps, LayersAndEinsumMatchTheCpu) {
+  TANDEM_REQUIRE_PLUGIN_GPU();
+  const Tensor x = random_tensor({2, 6, 3, 5}, 4, -2.0f, 2.0f), w = random_tensor({6}, 5, 0.5f, 1.5f);
+  const Tensor b = random_tensor({6}, 6);
+  Tensor index = Tensor::empty({4}, DType::kI64);
+  const int64_t ids[] = {2, 0, 2, 4};
+  for (int i = 0; i < 4; ++i) index.data<int64_t>()[i] = ids[i];
+  expect_match("index_select", [&](auto& ctx, const auto& v) {
+    return index_select(ctx, v[0], -1, ctx.device().is_cpu() ? index : index.to(ctx.device()));
+  }, {x});
+  expect_match("rms_norm", [](auto& ctx, const auto& v) { return rms_norm(ctx, v[0], 1, v[1]); },
+               {random_tensor({4, 6}, 7), w});
+  expect_match("group_norm", [](auto& ctx, const auto& v) { return group_norm(ctx, v[0], 3, v[1], v[2]); }, {x, w, b});
+  const Conv1dParams p{2, 1, 2, 2};
+  expect_match("conv1d", [&](auto& ctx, const auto& v) { return conv1d(ctx, v[0], v[1], v[2], p); },
+               {random_tensor({2, 4, 11}, 8), random_tensor({6, 2, 3}, 9), b});
+  const int64_t pads[] = {3, 2, 1, 1};
+  for (PadMode mode : {PadMode::kConstant, PadMode::kReflect, PadMode::kReplicate, PadMode::kCircular}) {
+    expect_match("pad", [&](auto& ctx, const auto& v) { return pad(ctx, v[0], pads, mode, 0.5f); }, {x});
+  }
+  expect_match("einsum", [](auto& ctx, const auto& v) { return einsum(ctx, "bhqd,bhkd->bhqk", v); },
+               {random_tensor({2, 3, 5, 4}, 10), random_tensor({2, 3, 7, 4}, 11)});
+  expect_match("kl_div", [](auto& ctx, const auto& v) { return kl_div(ctx, v[0], v[1], LossReduction::kBatchMean); },
+               {random_tensor({5, 33}, 12, -3.0f, 0.0f), random_tensor({5, 33}, 13, 0.0f, 1.0f)});
 }
 
 }  // namespace
