@@ -1,8 +1,30 @@
 #include "engine/nn/module.h"
 
+#include <cxxabi.h>
+
+#include <cstdlib>
+#include <memory>
 #include <set>
+#include <typeinfo>
 
 namespace tandem::nn {
+namespace {
+
+std::string demangled(const char* name) {
+  int status = 0;
+  const std::unique_ptr<char, void (*)(void*)> readable(abi::__cxa_demangle(name, nullptr, nullptr, &status),
+                                                         std::free);
+  return status == 0 && readable ? readable.get() : name;
+}
+
+}  // namespace
+
+Variable Module::forward(ExecutionContext&, const Variable&) {
+  throw_error(ErrorCode::kFailedPrecondition,
+              "{} has no one-input forward(ctx, x): a module whose forward takes several inputs is called by that "
+              "forward (module.forward(ctx, x, memory)), not by operator(), Sequential or the Trainer",
+              demangled(typeid(*this).name()));
+}
 
 void Module::train(bool on) {
   training_ = on;

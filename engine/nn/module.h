@@ -23,8 +23,13 @@ class Module {
   Module(const Module&) = delete;
   Module& operator=(const Module&) = delete;
 
-  // (N, ...) x -> the module's output. The context must outlive the recorded graph.
-  virtual Variable forward(ExecutionContext& ctx, const Variable& x) = 0;
+  // (N, ...) x -> the module's output. The context must outlive the recorded graph. A module whose
+  // forward takes several inputs declares its own, as a libtorch module does:
+  //   Variable forward(ExecutionContext& ctx, const Variable& x, const Variable& memory);
+  // (with `using Module::forward;` beside it if the compiler warns that it hides this one), and its
+  // owner calls that. This one-input forward, which operator(), Sequential and the Trainer call, is
+  // then a FailedPrecondition naming the module's type.
+  virtual Variable forward(ExecutionContext& ctx, const Variable& x);
   Variable operator()(ExecutionContext& ctx, const Variable& x) { return forward(ctx, x); }
 
   void train(bool on = true);
