@@ -53,7 +53,7 @@ done
 
 echo "== the examples, built against the prefix alone"
 cp -r "$src/examples" "$work/examples"
-for example in custom_model manual_loop ops_tour; do
+for example in custom_model manual_loop ops_tour mini_gpt; do
   cmake -S "$work/examples/$example" -B "$work/build-$example" -G Ninja -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_PREFIX_PATH="$prefix" >"$work/configure-$example.log" ||
     { cat "$work/configure-$example.log"; exit 1; }
