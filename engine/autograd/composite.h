@@ -88,6 +88,36 @@ enum class PadMode { kConstant, kReflect, kReplicate, kCircular };
 Variable pad(ExecutionContext& ctx, const Variable& x, std::span<const int64_t> pads,
              PadMode mode = PadMode::kConstant, float value = 0.0f);
 
+// ---- Selection (ops_select.cpp), over backend::compare, where and cast. ----
+
+// torch.where(cond, a, b): a where cond (u8) is not 0, else b, broadcast; each gradient flows to
+// the branch that was taken (summed back to its input's shape), and nothing of the other branch
+// (an inf or NaN there) reaches the result.
+Variable where(ExecutionContext& ctx, const Tensor& cond, const Variable& a, const Variable& b);
+
+// torch.clamp: below min becomes min, above max becomes max (one of them may be absent; min > max
+// gives max everywhere, as PyTorch). The gradient is 1 inside [min, max], 0 outside; NaN stays NaN.
+Variable clamp(ExecutionContext& ctx, const Variable& x, std::optional<float> min, std::optional<float> max);
+
+// torch.cumsum along dim, by log2(n) shifted adds (f32 additions, no matmul, so precision: bf16
+// does not round it).
+Variable cumsum(ExecutionContext& ctx, const Variable& x, int dim);
+
+// F.one_hot: i64 (ids..., num_classes), 1 at each id. num_classes -1 takes the largest id + 1. The
+// ids are read on the host to check them (as PyTorch's one_hot does): each in [0, num_classes).
+Tensor one_hot(ExecutionContext& ctx, const Tensor& ids, int64_t num_classes = -1);
+
+// torch.argmax: the i64 index of the largest value along dim (the first of ties; a NaN counts as
+// the largest, as PyTorch's), or of the flattened tensor without a dim. No gradient.
+Tensor argmax(ExecutionContext& ctx, const Variable& x, std::optional<int> dim = std::nullopt, bool keepdim = false);
+
+// F.nll_loss: input (N, C) log-probabilities, target (N) i64; a row's loss is -input[i, target[i]],
+// 0 where target is ignore_index. kMean divides by the number of rows not ignored (nan if none, as
+// PyTorch). On the CPU every other target is checked to be in [0, C); on CUDA that check would
+// cost a host synchronisation per step and is not made (an out-of-range target gives loss 0).
+Variable nll_loss(ExecutionContext& ctx, const Variable& input, const Tensor& target, int64_t ignore_index = -100,
+                  LossReduction reduction = LossReduction::kMean);
+
 // ---- torch.einsum (einsum.cpp). ----
 
 // Operands named by letters ("bij,bjk->bik", "bhqd,bhkd->bhqk", "ij->ji", "i,i->", "ij,j"; without

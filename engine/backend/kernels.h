@@ -183,6 +183,13 @@ struct KernelTable {
   // dx = dy f'(x), with y = f(x) given too (some derivatives read it; for GELU y is any f32 tensor
   // of x's shape, unread). x may be bf16 as unary's; y, dy and dx are f32.
   void (*unary_backward)(Ctx&, UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx) = nullptr;
+  // y (u8) = 1 where a op b holds, else 0; a and b both f32 or both i64, broadcast to y's shape.
+  void (*compare)(Ctx&, CompareOp op, const Tensor& a, const Tensor& b, Tensor& y) = nullptr;
+  // y (f32) = a where cond (u8) is not 0, else b; all three broadcast to y's shape.
+  void (*where)(Ctx&, const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& y) = nullptr;
+  // y (f32 or i64) = x (f32, i64 or u8) converted; f32 to i64 truncates toward 0 (Tensor.long()),
+  // and a NaN, infinite or out-of-range f32 gives INT64_MIN on every backend.
+  void (*cast)(Ctx&, const Tensor& x, Tensor& y) = nullptr;
   // y = value where mask (u8, broadcast to x's shape) is not 0, else x.
   void (*masked_fill)(Ctx&, const Tensor& x, const Tensor& mask, float value, Tensor& y) = nullptr;
   // y (x's shape with axis of size 1) = the sum, mean or max over axis (sums in double on the CPU;

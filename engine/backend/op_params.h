@@ -48,6 +48,8 @@ struct BatchNormSaved {
 // kSilu is x sigmoid(x) (F.silu); kAbs's derivative at 0 is 0, as torch.abs's.
 enum class UnaryOp : uint8_t { kExp, kLog, kSqrt, kRsqrt, kTanh, kGeluErf, kGeluTanh, kSigmoid, kSilu, kAbs, kSin, kCos };
 enum class BinaryOp : uint8_t { kAdd, kSub, kMul, kDiv };
+// torch.eq, ne, lt, le, gt, ge: a u8 result, 1 where a op b holds (never for a NaN but ne).
+enum class CompareOp : uint8_t { kEq, kNe, kLt, kLe, kGt, kGe };
 // max is torch.amax's: tied maxima share the gradient.
 enum class Reduction : uint8_t { kSum, kMean, kMax };
 

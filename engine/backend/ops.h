@@ -186,6 +186,16 @@ Tensor unary(Ctx&, UnaryOp op, const Tensor& x, bool bf16_output = false);
 // may be bf16 as unary's.
 Tensor unary_backward(Ctx&, UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy);
 Tensor masked_fill(Ctx&, const Tensor& x, const Tensor& mask, float value);  // mask u8, broadcast to x
+// torch.eq/ne/lt/le/gt/ge (ops_select.cpp): u8, 1 where a op b holds; a and b both f32 or both i64,
+// broadcast. The scalar form compares with b as a value of a's dtype.
+Tensor compare(Ctx&, CompareOp op, const Tensor& a, const Tensor& b);
+Tensor compare(Ctx&, CompareOp op, const Tensor& a, double b);
+// torch.where(cond, a, b): a where cond (u8) is not 0, else b (f32), broadcast; the other branch's
+// value never reaches the result (an inf or NaN there stays out).
+Tensor where(Ctx&, const Tensor& cond, const Tensor& a, const Tensor& b);
+// Tensor.to(dtype) for f32, i64 and u8 x into f32 or i64 (f32 to i64 truncates toward 0; NaN,
+// infinite or out of int64's range gives INT64_MIN). The same dtype returns x.
+Tensor cast(Ctx&, const Tensor& x, DType dtype);
 // Over dims (all of them when empty), keeping each as size 1 when keepdim.
 Tensor reduce(Ctx&, Reduction r, const Tensor& x, std::span<const int> dims, bool keepdim);
 // The shape reduce gives: x's with dims (all when empty) set to 1, or removed without keepdim.

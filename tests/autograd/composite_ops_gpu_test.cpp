@@ -1,15 +1,19 @@
 // The composite ops (engine/autograd/composite.h) on CUDA against the CPU backend: values and
 // gradients of stack, var and std, tril and triu, the MSE, L1, smooth L1, BCE-with-logits and KL losses,
-// index_select, rms_norm, group_norm, conv1d, pad and einsum, on the same random inputs. They add no kernel of their own; this holds their chains (and the new
+// index_select, rms_norm, group_norm, conv1d, pad and einsum, where, clamp, cumsum and nll_loss, on the
+// same random inputs; and the selection kernels' integer results (compare, cast, one_hot, argmax)
+// bit for bit. They add no kernel of their own; this holds their chains (and the new
 // unary kernels under them) together on the GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <vector>
 
 #include "engine/autograd/composite.h"
+#include "engine/backend/ops.h"
 #include "tests/autograd/autograd_test_util.h"
 #include "tests/support/gpu.h"
 
@@ -96,6 +100,46 @@ TEST(CudaCompositeOps, LayersAndEinsumMatchTheCpu) {
                {random_tensor({2, 3, 5, 4}, 10), random_tensor({2, 3, 7, 4}, 11)});
   expect_match("kl_div", [](auto& ctx, const auto& v) { return kl_div(ctx, v[0], v[1], LossReduction::kBatchMean); },
                {random_tensor({5, 33}, 12, -3.0f, 0.0f), random_tensor({5, 33}, 13, 0.0f, 1.0f)});
+}
+
+TEST(CudaCompositeOps, SelectionMatchesTheCpu) {
+  TANDEM_REQUIRE_PLUGIN_GPU();
+  const Tensor a = random_tensor({5, 33}, 14, -2.0f, 2.0f), b = random_tensor({33}, 15, -2.0f, 2.0f);
+  Tensor cond = Tensor::empty({5, 1}, DType::kU8);
+  for (int i = 0; i < 5; ++i) cond.data<uint8_t>()[i] = static_cast<uint8_t>(i % 2);
+  expect_match("where", [&](auto& ctx, const auto& v) {
+    return where(ctx, ctx.device().is_cpu() ? cond : cond.to(ctx.device()), v[0], v[1]);
+  }, {a, b});
+  expect_match("clamp", [](auto& ctx, const auto& v) { return clamp(ctx, v[0], -0.5f, 1.0f); }, {a});
+  expect_match("cumsum", [](auto& ctx, const auto& v) { return cumsum(ctx, v[0], 1); }, {a});
+  Tensor target = Tensor::empty({5}, DType::kI64);
+  const int64_t t[] = {3, -100, 32, 0, 7};
+  for (int i = 0; i < 5; ++i) target.data<int64_t>()[i] = t[i];
+  expect_match("nll_loss", [&](auto& ctx, const auto& v) {
+    return nll_loss(ctx, v[0], ctx.device().is_cpu() ? target : target.to(ctx.device()));
+  }, {a});
+  // Integer results, bit for bit.
+  ExecutionContext cpu(Device::cpu(), 2, 1), cuda(Device::cuda(0));
+  auto same_bytes = [](const Tensor& got, const Tensor& want, const char* what) {
+    const Tensor g = got.to(Device::cpu());
+    ASSERT_EQ(g.dtype(), want.dtype()) << what;
+    ASSERT_EQ(g.shape(), want.shape()) << what;
+    EXPECT_EQ(std::memcmp(g.raw_data(), want.raw_data(), static_cast<size_t>(want.numel()) * dtype_size(want.dtype())), 0)
+        << what;
+  };
+  Tensor odd = a.clone();
+  odd.data<float>()[3] = NAN;
+  odd.data<float>()[40] = INFINITY;
+  odd.data<float>()[41] = 3e19f;
+  for (auto op : {backend::CompareOp::kEq, backend::CompareOp::kLt, backend::CompareOp::kGe}) {
+    same_bytes(backend::compare(cuda, op, odd.to(cuda.device()), b.to(cuda.device())), backend::compare(cpu, op, odd, b),
+               "compare");
+  }
+  same_bytes(backend::cast(cuda, odd.to(cuda.device()), DType::kI64), backend::cast(cpu, odd, DType::kI64), "cast");
+  Tensor ids = Tensor::empty({3}, DType::kI64);
+  for (int i = 0; i < 3; ++i) ids.data<int64_t>()[i] = t[2 + i];
+  same_bytes(one_hot(cuda, ids.to(cuda.device()), 40), one_hot(cpu, ids, 40), "one_hot");
+  same_bytes(argmax(cuda, Variable(odd.to(cuda.device())), 1), argmax(cpu, Variable(odd), 1), "argmax");
 }
 
 }  // namespace

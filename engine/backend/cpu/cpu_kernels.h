@@ -92,6 +92,9 @@ void binary(Ctx&, BinaryOp op, const Tensor& a, const Tensor& b, Tensor& y);
 void unary(Ctx&, UnaryOp op, const Tensor& x, Tensor& y);
 void unary_backward(Ctx&, UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy, Tensor& dx);
 void masked_fill(Ctx&, const Tensor& x, const Tensor& mask, float value, Tensor& y);
+void compare(Ctx&, CompareOp op, const Tensor& a, const Tensor& b, Tensor& y);
+void where(Ctx&, const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& y);
+void cast(Ctx&, const Tensor& x, Tensor& y);
 
 // cpu_reduce.cpp
 void reduce_axis(Ctx&, Reduction r, const Tensor& x, int axis, Tensor& y);

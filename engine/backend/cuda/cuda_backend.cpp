@@ -59,6 +59,9 @@ const KernelTable& kernel_table() {
     t.unary = unary;
     t.unary_backward = unary_backward;
     t.masked_fill = masked_fill;
+    t.compare = compare;
+    t.where = where;
+    t.cast = cast;
     t.reduce_axis = reduce_axis;
     t.max_axis_backward = max_axis_backward;
     t.softmax = softmax;

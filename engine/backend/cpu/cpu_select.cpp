@@ -1,0 +1,102 @@
+// Selection kernels on the CPU: comparisons into u8 masks, where, and dtype casts; each element
+// read through its operand's broadcast view, on the context's threads when large.
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "engine/backend/cpu/cpu_kernels.h"
+#include "engine/backend/cpu/dnnl_util.h"
+#include "engine/backend/cpu/parallel.h"
+#include "engine/backend/nd_index.h"
+
+namespace tandem::backend::cpu {
+namespace {
+
+template <typename F>
+void each(int64_t n, F f) {
+#pragma omp parallel for schedule(static) if (n >= kParallelGrain)
+  for (int64_t i = 0; i < n; ++i) f(i);
+}
+
+template <typename T>
+bool holds(CompareOp op, T a, T b) {
+  switch (op) {
+    case CompareOp::kEq: return a == b;
+    case CompareOp::kNe: return a != b;
+    case CompareOp::kLt: return a < b;
+    case CompareOp::kLe: return a <= b;
+    case CompareOp::kGt: return a > b;
+    case CompareOp::kGe: return a >= b;
+  }
+  return false;
+}
+
+template <typename T>
+void compare_typed(CompareOp op, const Tensor& a, const Tensor& b, Tensor& y) {
+  NdView va = broadcast_view(a.shape(), y.shape()), vb = broadcast_view(b.shape(), y.shape());
+  NdView* views[] = {&va, &vb};
+  coalesce(views);
+  const T *pa = a.data<T>(), *pb = b.data<T>();
+  uint8_t* py = y.data<uint8_t>();
+  each(y.numel(), [&](int64_t i) { py[i] = holds(op, pa[va.offset(i)], pb[vb.offset(i)]) ? 1 : 0; });
+}
+
+// f32 to i64 as the CUDA backend's __float2ll_rz: toward zero, INT64_MIN where C++ leaves it undefined.
+int64_t truncate_to_i64(float v) {
+  constexpr float kLimit = 9.2233720368547758e18f;  // 2^63
+  return std::isfinite(v) && v > -kLimit && v < kLimit ? static_cast<int64_t>(v) : std::numeric_limits<int64_t>::min();
+}
+
+template <typename From, typename To>
+void cast_typed(const Tensor& x, Tensor& y) {
+  const From* px = x.data<From>();
+  To* py = y.data<To>();
+  each(x.numel(), [&](int64_t i) {
+    if constexpr (std::is_same_v<From, float> && std::is_same_v<To, int64_t>) {
+      py[i] = truncate_to_i64(px[i]);
+    } else {
+      py[i] = static_cast<To>(px[i]);
+    }
+  });
+}
+
+template <typename From>
+void cast_from(const Tensor& x, Tensor& y) {
+  if (y.dtype() == DType::kF32) return cast_typed<From, float>(x, y);
+  return cast_typed<From, int64_t>(x, y);
+}
+
+}  // namespace
+
+void compare(Ctx& ctx, CompareOp op, const Tensor& a, const Tensor& b, Tensor& y) {
+  apply_thread_budget(ctx);
+  if (y.numel() == 0) return;
+  if (a.dtype() == DType::kI64) return compare_typed<int64_t>(op, a, b, y);
+  compare_typed<float>(op, a, b, y);
+}
+
+void where(Ctx& ctx, const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& y) {
+  apply_thread_budget(ctx);
+  if (y.numel() == 0) return;
+  NdView vc = broadcast_view(cond.shape(), y.shape()), va = broadcast_view(a.shape(), y.shape()),
+         vb = broadcast_view(b.shape(), y.shape());
+  NdView* views[] = {&vc, &va, &vb};
+  coalesce(views);
+  const uint8_t* pc = cond.data<uint8_t>();
+  const float *pa = a.data<float>(), *pb = b.data<float>();
+  float* py = y.data<float>();
+  each(y.numel(), [&](int64_t i) { py[i] = pc[vc.offset(i)] != 0 ? pa[va.offset(i)] : pb[vb.offset(i)]; });
+}
+
+void cast(Ctx& ctx, const Tensor& x, Tensor& y) {
+  apply_thread_budget(ctx);
+  if (x.numel() == 0) return;
+  switch (x.dtype()) {
+    case DType::kF32: return cast_from<float>(x, y);
+    case DType::kI64: return cast_from<int64_t>(x, y);
+    default: return cast_from<uint8_t>(x, y);  // u8 (ops_select.cpp admits no other)
+  }
+}
+
+}  // namespace tandem::backend::cpu

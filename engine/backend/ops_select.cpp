@@ -1,0 +1,57 @@
+// Entry points of the selection kernels: comparisons into u8 masks, where, and dtype casts.
+#include <string_view>
+
+#include "engine/backend/factories.h"
+#include "engine/backend/kernels.h"
+#include "engine/backend/ops.h"
+#include "engine/backend/ops_validate.h"
+
+namespace tandem::backend {
+
+using namespace detail;
+
+Tensor compare(Ctx& ctx, CompareOp cop, const Tensor& a_in, const Tensor& b_in) {
+  constexpr std::string_view op = "compare";
+  TANDEM_CHECK(a_in.defined() && (a_in.dtype() == DType::kF32 || a_in.dtype() == DType::kI64),
+               ErrorCode::kInvalidArgument, "{}: a must be an f32 or i64 tensor, got {}", op, a_in.describe());
+  check_tensor(op, "a", a_in, ctx, a_in.dtype(), -1, "");
+  check_tensor(op, "b", b_in, ctx, a_in.dtype(), -1, "(a's dtype)");
+  Tensor a = contiguous(ctx, a_in), b = contiguous(ctx, b_in);
+  Tensor y = Tensor::empty(broadcast_shapes(op, a.shape(), b.shape()), DType::kU8, ctx.device());
+  entry(table(ctx).compare, op, ctx)(ctx, cop, a, b, y);
+  return y;
+}
+
+Tensor compare(Ctx& ctx, CompareOp cop, const Tensor& a, double b) {
+  TANDEM_CHECK(a.defined(), ErrorCode::kInvalidArgument, "compare: a is undefined");
+  return compare(ctx, cop, a, full(ctx, Shape{}, b, a.dtype()));
+}
+
+Tensor where(Ctx& ctx, const Tensor& cond_in, const Tensor& a_in, const Tensor& b_in) {
+  constexpr std::string_view op = "where";
+  check_tensor(op, "cond", cond_in, ctx, DType::kU8, -1, "(a u8 mask)");
+  check_tensor(op, "a", a_in, ctx, DType::kF32, -1, "");
+  check_tensor(op, "b", b_in, ctx, DType::kF32, -1, "");
+  Tensor cond = contiguous(ctx, cond_in), a = contiguous(ctx, a_in), b = contiguous(ctx, b_in);
+  const Shape shape = broadcast_shapes(op, cond.shape(), broadcast_shapes(op, a.shape(), b.shape()));
+  Tensor y = Tensor::empty(shape, DType::kF32, ctx.device());
+  entry(table(ctx).where, op, ctx)(ctx, cond, a, b, y);
+  return y;
+}
+
+Tensor cast(Ctx& ctx, const Tensor& x_in, DType dtype) {
+  constexpr std::string_view op = "cast";
+  TANDEM_CHECK(x_in.defined() && (x_in.dtype() == DType::kF32 || x_in.dtype() == DType::kI64 ||
+                                  x_in.dtype() == DType::kU8),
+               ErrorCode::kInvalidArgument, "{}: x must be an f32, i64 or u8 tensor, got {}", op, x_in.describe());
+  TANDEM_CHECK(dtype == DType::kF32 || dtype == DType::kI64, ErrorCode::kUnimplemented,
+               "{}: to {} is not implemented (f32 and i64 are)", op, dtype_name(dtype));
+  check_tensor(op, "x", x_in, ctx, x_in.dtype(), -1, "");
+  if (x_in.dtype() == dtype) return x_in;
+  Tensor x = contiguous(ctx, x_in);
+  Tensor y = Tensor::empty(x.shape(), dtype, ctx.device());
+  entry(table(ctx).cast, op, ctx)(ctx, x, y);
+  return y;
+}
+
+}  // namespace tandem::backend
