@@ -88,12 +88,18 @@ enum class PadMode { kConstant, kReflect, kReplicate, kCircular };
 Variable pad(ExecutionContext& ctx, const Variable& x, std::span<const int64_t> pads,
              PadMode mode = PadMode::kConstant, float value = 0.0f);
 
-// ---- Selection (ops_select.cpp), over backend::compare, where and cast. ----
+// ---- Selection (ops_select.cpp), over backend::compare, where, cast and gather. ----
 
 // torch.where(cond, a, b): a where cond (u8) is not 0, else b, broadcast; each gradient flows to
 // the branch that was taken (summed back to its input's shape), and nothing of the other branch
 // (an inf or NaN there) reaches the result.
 Variable where(ExecutionContext& ctx, const Tensor& cond, const Variable& a, const Variable& b);
+
+// torch.gather(x, dim, index): index (i64, x's rank, no larger than x but along dim) picks along
+// dim; the result has index's shape. The gradient sums what each element gave, in index order (the
+// same bits every run and on every backend), at a cost of x.numel() * index.size(dim). On the CPU
+// every index is checked; on CUDA one out of range gives NaN and no gradient.
+Variable gather(ExecutionContext& ctx, const Variable& x, int dim, const Tensor& index);
 
 // torch.clamp: below min becomes min, above max becomes max (one of them may be absent; min > max
 // gives max everywhere, as PyTorch). The gradient is 1 inside [min, max], 0 outside; NaN stays NaN.

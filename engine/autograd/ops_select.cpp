@@ -1,5 +1,5 @@
-// composite.h's selection ops: where, clamp, cumsum, one_hot, argmax and nll_loss, over the
-// backend's compare, where and cast kernels and the tape's ops.
+// composite.h's selection ops: where, gather, clamp, cumsum, one_hot, argmax and nll_loss, over the
+// backend's compare, where, cast and gather kernels and the tape's ops.
 #include <algorithm>
 #include <vector>
 
@@ -56,6 +56,14 @@ Variable where(ExecutionContext& ctx, const Tensor& cond, const Variable& a, con
     const Tensor zero = backend::zeros(ctx, Shape{});
     return std::vector<Tensor>{backend::sum_to(ctx, backend::where(ctx, cond, dy, zero), sa),
                                backend::sum_to(ctx, backend::where(ctx, cond, zero, dy), sb)};
+  });
+}
+
+Variable gather(ExecutionContext& ctx, const Variable& x, int dim, const Tensor& index) {
+  Tensor y = backend::gather(ctx, x.value(), dim, index);
+  const Shape x_shape = x.shape();
+  return make_op("gather", std::move(y), {x}, [&ctx, dim, index, x_shape](const Tensor& dy) {
+    return std::vector<Tensor>{backend::gather_backward(ctx, dy, dim, index, x_shape)};
   });
 }
 

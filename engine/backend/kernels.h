@@ -190,6 +190,11 @@ struct KernelTable {
   // y (f32 or i64) = x (f32, i64 or u8) converted; f32 to i64 truncates toward 0 (Tensor.long()),
   // and a NaN, infinite or out-of-range f32 gives INT64_MIN on every backend.
   void (*cast)(Ctx&, const Tensor& x, Tensor& y) = nullptr;
+  // torch.gather: y (index's shape) = x at index's values (i64) along dim, at index's coordinates
+  // elsewhere; x and index contiguous, of one rank. gather_backward: dx (x's shape) = the sums of dy
+  // gathered from each element (backend/gather_index.h); the same bits on every backend.
+  void (*gather)(Ctx&, const Tensor& x, int dim, const Tensor& index, Tensor& y) = nullptr;
+  void (*gather_backward)(Ctx&, const Tensor& dy, int dim, const Tensor& index, Tensor& dx) = nullptr;
   // y = value where mask (u8, broadcast to x's shape) is not 0, else x.
   void (*masked_fill)(Ctx&, const Tensor& x, const Tensor& mask, float value, Tensor& y) = nullptr;
   // y (x's shape with axis of size 1) = the sum, mean or max over axis (sums in double on the CPU;

@@ -196,6 +196,12 @@ Tensor where(Ctx&, const Tensor& cond, const Tensor& a, const Tensor& b);
 // Tensor.to(dtype) for f32, i64 and u8 x into f32 or i64 (f32 to i64 truncates toward 0; NaN,
 // infinite or out of int64's range gives INT64_MIN). The same dtype returns x.
 Tensor cast(Ctx&, const Tensor& x, DType dtype);
+// torch.gather(x, dim, index) (f32 x; i64 index of x's rank, no larger than x but along dim) ->
+// index's shape, and its backward into x's shape. On the CPU every index is checked; on CUDA an
+// index outside [0, x.size(dim)) cannot be reported from the device: its output is NaN and it
+// passes no gradient.
+Tensor gather(Ctx&, const Tensor& x, int dim, const Tensor& index);
+Tensor gather_backward(Ctx&, const Tensor& dy, int dim, const Tensor& index, const Shape& x_shape);
 // Over dims (all of them when empty), keeping each as size 1 when keepdim.
 Tensor reduce(Ctx&, Reduction r, const Tensor& x, std::span<const int> dims, bool keepdim);
 // The shape reduce gives: x's with dims (all when empty) set to 1, or removed without keepdim.

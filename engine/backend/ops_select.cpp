@@ -1,4 +1,4 @@
-// Entry points of the selection kernels: comparisons into u8 masks, where, and dtype casts.
+// Entry points of the selection kernels: comparisons into u8 masks, where, dtype casts and gather.
 #include <string_view>
 
 #include "engine/backend/factories.h"
@@ -52,6 +52,46 @@ Tensor cast(Ctx& ctx, const Tensor& x_in, DType dtype) {
   Tensor y = Tensor::empty(x.shape(), dtype, ctx.device());
   entry(table(ctx).cast, op, ctx)(ctx, x, y);
   return y;
+}
+
+namespace {
+
+// index: i64 of x's rank, each size at most x's but along dim (torch.gather's rule).
+int check_gather(std::string_view op, Ctx& ctx, const Shape& x, int dim, const Tensor& index) {
+  check_tensor(op, "index", index, ctx, DType::kI64, x.rank(), "(x's rank)");
+  const int d = normalize_dim(op, dim, x.rank());
+  for (int k = 0; k < x.rank(); ++k) {
+    TANDEM_CHECK(k == d || index.dim(k) <= x[k], ErrorCode::kInvalidArgument,
+                 "{}: index {} is larger than x {} in dimension {} (only dimension {}, dim, may differ)", op,
+                 index.shape().str(), x.str(), k, d);
+  }
+  return d;
+}
+
+}  // namespace
+
+Tensor gather(Ctx& ctx, const Tensor& x_in, int dim, const Tensor& index_in) {
+  constexpr std::string_view op = "gather";
+  check_tensor(op, "x", x_in, ctx, DType::kF32, -1, "");
+  TANDEM_CHECK(x_in.shape().rank() >= 1, ErrorCode::kInvalidArgument, "{}: x must have a dimension, got {}", op,
+               x_in.describe());
+  const int d = check_gather(op, ctx, x_in.shape(), dim, index_in);
+  Tensor x = contiguous(ctx, x_in), index = contiguous(ctx, index_in);
+  Tensor y = Tensor::empty(index.shape(), DType::kF32, ctx.device());
+  entry(table(ctx).gather, op, ctx)(ctx, x, d, index, y);
+  return y;
+}
+
+Tensor gather_backward(Ctx& ctx, const Tensor& dy_in, int dim, const Tensor& index_in, const Shape& x_shape) {
+  constexpr std::string_view op = "gather_backward";
+  const int d = check_gather(op, ctx, x_shape, dim, index_in);
+  check_tensor(op, "dy", dy_in, ctx, DType::kF32, x_shape.rank(), "(index's shape)");
+  TANDEM_CHECK(dy_in.shape() == index_in.shape(), ErrorCode::kInvalidArgument, "{}: dy {} must have index's shape {}",
+               op, dy_in.shape().str(), index_in.shape().str());
+  Tensor dy = contiguous(ctx, dy_in), index = contiguous(ctx, index_in);
+  Tensor dx = Tensor::empty(x_shape, DType::kF32, ctx.device());
+  entry(table(ctx).gather_backward, op, ctx)(ctx, dy, d, index, dx);
+  return dx;
 }
 
 }  // namespace tandem::backend

@@ -1,6 +1,6 @@
 // The composite ops (engine/autograd/composite.h) on CUDA against the CPU backend: values and
 // gradients of stack, var and std, tril and triu, the MSE, L1, smooth L1, BCE-with-logits and KL losses,
-// index_select, rms_norm, group_norm, conv1d, pad and einsum, where, clamp, cumsum and nll_loss, on the
+// index_select, rms_norm, group_norm, conv1d, pad and einsum, where, gather, clamp, cumsum and nll_loss, on the
 // same random inputs; and the selection kernels' integer results (compare, cast, one_hot, argmax)
 // bit for bit. They add no kernel of their own; this holds their chains (and the new
 // unary kernels under them) together on the GPU.
@@ -117,6 +117,11 @@ TEST(CudaCompositeOps, SelectionMatchesTheCpu) {
   for (int i = 0; i < 5; ++i) target.data<int64_t>()[i] = t[i];
   expect_match("nll_loss", [&](auto& ctx, const auto& v) {
     return nll_loss(ctx, v[0], ctx.device().is_cpu() ? target : target.to(ctx.device()));
+  }, {a});
+  Tensor picks = Tensor::empty({5, 6}, DType::kI64);
+  for (int i = 0; i < 30; ++i) picks.data<int64_t>()[i] = (i * 7) % 33;
+  expect_match("gather", [&](auto& ctx, const auto& v) {
+    return gather(ctx, v[0], 1, ctx.device().is_cpu() ? picks : picks.to(ctx.device()));
   }, {a});
   // Integer results, bit for bit.
   ExecutionContext cpu(Device::cpu(), 2, 1), cuda(Device::cuda(0));

@@ -212,6 +212,29 @@ TEST_F(SelectOpsTest, NllLossPicksTheTargetsLogProbabilityAndIgnores) {
   EXPECT_TRUE(std::isnan(nll_loss(ctx_, Variable(lp), i64({4}, {-100, -100, -100, -100})).item()));
 }
 
+TEST_F(SelectOpsTest, GatherPicksAlongDimAndSumsRepeatsInItsGradient) {
+  const Tensor x = random_tensor({3, 4}, 8);
+  const std::vector<float> v = values<float>(x);
+  // torch.gather(x, 1, [[0, 0, 3], [1, 2, 1]]): rows 0 and 1 only (the index may be smaller).
+  const Tensor index = i64({2, 3}, {0, 0, 3, 1, 2, 1});
+  const Tensor y = gather(ctx_, Variable(x), 1, index).value();
+  EXPECT_EQ(y.shape(), (Shape{2, 3}));
+  EXPECT_EQ(values<float>(y), (std::vector<float>{v[0], v[0], v[3], v[5], v[6], v[5]}));
+  const Tensor rows = i64({2, 4}, {2, 0, 1, 2, 0, 0, 0, 0});  // along dim 0
+  EXPECT_EQ(values<float>(gather(ctx_, Variable(x), 0, rows).value()),
+            (std::vector<float>{v[8], v[1], v[6], v[11], v[0], v[1], v[2], v[3]}));
+  Variable vx(x, true);
+  sum(ctx_, gather(ctx_, vx, 1, index)).backward(&ctx_);
+  EXPECT_EQ(values<float>(vx.grad()), (std::vector<float>{2, 0, 0, 1, 0, 2, 1, 0, 0, 0, 0, 0}));
+  expect_grads([&](const auto& in) { return gather(ctx_, in[0], -1, index); }, {x}, "gather");
+  expect_grads([&](const auto& in) { return gather(ctx_, in[0], 0, rows); }, {x}, "gather dim 0");
+  expect_error([&] { gather(ctx_, Variable(x), 1, i64({1, 1}, {4})); },
+               "index 4 at position 0 is out of range for dimension 1 of x [3, 4] (size 4)");
+  expect_error([&] { gather(ctx_, Variable(x), 1, i64({4, 1}, {0, 0, 0, 0})); },
+               "index [4, 1] is larger than x [3, 4] in dimension 0");
+  expect_error([&] { gather(ctx_, Variable(x), 1, i64({3}, {0, 0, 0})); }, "index");
+}
+
 // A trace would keep their masks and indices as constants of the example input: they refuse.
 TEST_F(SelectOpsTest, OpsWithInputDependentMasksRefuseToBeTraced) {
   Tracer tracer;

@@ -64,6 +64,8 @@ const KernelTable& kernel_table() {
     t.compare = compare;
     t.where = where;
     t.cast = cast;
+    t.gather = gather;
+    t.gather_backward = gather_backward;
     t.reduce_axis = reduce_axis;
     t.max_axis_backward = max_axis_backward;
     t.softmax = softmax;

@@ -95,6 +95,8 @@ void masked_fill(Ctx&, const Tensor& x, const Tensor& mask, float value, Tensor&
 void compare(Ctx&, CompareOp op, const Tensor& a, const Tensor& b, Tensor& y);
 void where(Ctx&, const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& y);
 void cast(Ctx&, const Tensor& x, Tensor& y);
+void gather(Ctx&, const Tensor& x, int dim, const Tensor& index, Tensor& y);
+void gather_backward(Ctx&, const Tensor& dy, int dim, const Tensor& index, Tensor& dx);
 
 // cpu_reduce.cpp
 void reduce_axis(Ctx&, Reduction r, const Tensor& x, int axis, Tensor& y);

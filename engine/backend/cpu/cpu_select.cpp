@@ -1,5 +1,5 @@
-// Selection kernels on the CPU: comparisons into u8 masks, where, and dtype casts; each element
-// read through its operand's broadcast view, on the context's threads when large.
+// Selection kernels on the CPU: comparisons into u8 masks, where, dtype casts and gather; each
+// element read through its operand's view, on the context's threads when large.
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -8,6 +8,7 @@
 #include "engine/backend/cpu/cpu_kernels.h"
 #include "engine/backend/cpu/dnnl_util.h"
 #include "engine/backend/cpu/parallel.h"
+#include "engine/backend/gather_index.h"
 #include "engine/backend/nd_index.h"
 
 namespace tandem::backend::cpu {
@@ -97,6 +98,29 @@ void cast(Ctx& ctx, const Tensor& x, Tensor& y) {
     case DType::kI64: return cast_from<int64_t>(x, y);
     default: return cast_from<uint8_t>(x, y);  // u8 (ops_select.cpp admits no other)
   }
+}
+
+void gather(Ctx& ctx, const Tensor& x, int dim, const Tensor& index, Tensor& y) {
+  apply_thread_budget(ctx);
+  const GatherView view = gather_view(x.shape(), dim, index.shape());
+  const int64_t* id = index.data<int64_t>();
+  for (int64_t i = 0; i < index.numel(); ++i) {  // data: checked before any element is read
+    TANDEM_CHECK(id[i] >= 0 && id[i] < x.dim(dim), ErrorCode::kInvalidArgument,
+                 "gather: index {} at position {} is out of range for dimension {} of x {} (size {})", id[i], i, dim,
+                 x.shape().str(), x.dim(dim));
+  }
+  const float* px = x.data<float>();
+  float* py = y.data<float>();
+  each(y.numel(), [&](int64_t i) { py[i] = px[view.x_offset(i, id[i])]; });
+}
+
+void gather_backward(Ctx& ctx, const Tensor& dy, int dim, const Tensor& index, Tensor& dx) {
+  apply_thread_budget(ctx);
+  const GatherView view = gather_view(dx.shape(), dim, index.shape());
+  const int64_t* id = index.data<int64_t>();
+  const float* g = dy.data<float>();
+  float* out = dx.data<float>();
+  each(dx.numel(), [&](int64_t e) { out[e] = view.backward_sum(e, id, g); });
 }
 
 }  // namespace tandem::backend::cpu

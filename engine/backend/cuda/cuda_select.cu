@@ -1,9 +1,12 @@
-// Selection kernels on the GPU: comparisons into u8 masks, where, and dtype casts, each element
-// read through its operand's coalesced broadcast view (cuda_pointwise.cu's scheme). The results
-// equal the CPU backend's bit for bit: comparisons and selections compute nothing, and the cast's
-// f32 -> i64 rule is written out (toward zero; INT64_MIN where C++ leaves it undefined).
+// Selection kernels on the GPU: comparisons into u8 masks, where, dtype casts and gather, each
+// element read through its operand's view (cuda_pointwise.cu's scheme). The results equal the CPU
+// backend's bit for bit: comparisons and selections compute nothing, the cast's f32 -> i64 rule is
+// written out (toward zero; INT64_MIN where C++ leaves it undefined), and gather's backward sums
+// in the order of gather_index.h on both. An index out of range cannot be reported from the
+// device: gather writes NaN there (the NaN-loss check then stops a run) and it passes no gradient.
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstdint>
 #include <type_traits>
 
@@ -11,6 +14,7 @@
 #include "engine/backend/cuda/cuda_context.h"
 #include "engine/backend/cuda/cuda_kernels.h"
 #include "engine/backend/cuda/cuda_reduce.cuh"
+#include "engine/backend/gather_index.h"
 #include "engine/backend/nd_index.h"
 
 namespace tandem::backend::cuda {
@@ -62,6 +66,17 @@ __global__ void cast_kernel(const From* x, To* y, int64_t n) {
       y[i] = static_cast<To>(x[i]);
     }
   }
+}
+
+__global__ void gather_kernel(GatherView view, const float* x, const int64_t* index, float* y, int64_t n) {
+  for (int64_t i = global_thread_index(); i < n; i += grid_stride()) {
+    const int64_t at = view.x_offset(i, index[i]);
+    y[i] = at >= 0 ? x[at] : NAN;
+  }
+}
+
+__global__ void gather_backward_kernel(GatherView view, const float* dy, const int64_t* index, float* dx, int64_t n) {
+  for (int64_t e = global_thread_index(); e < n; e += grid_stride()) dx[e] = view.backward_sum(e, index, dy);
 }
 
 template <typename From, typename To>
@@ -119,6 +134,28 @@ void cast(Ctx& ctx, const Tensor& x, Tensor& y) {
     case DType::kI64: return cast_from<int64_t>(x, y, stream);
     default: return cast_from<uint8_t>(x, y, stream);  // u8 (ops_select.cpp admits no other)
   }
+}
+
+void gather(Ctx& ctx, const Tensor& x, int dim, const Tensor& index, Tensor& y) {
+  const int64_t n = y.numel();
+  if (n == 0) return;
+  CudaContext& cc = tandem::cuda::cuda_context(ctx);
+  const Launch l = launch_for(n);
+  gather_kernel<<<l.blocks, l.threads, 0, cc.stream()>>>(gather_view(x.shape(), dim, index.shape()), x.data<float>(),
+                                                         index.data<int64_t>(), y.data<float>(), n);
+  TANDEM_CUDA_LAUNCH_CHECK("gather_kernel", "x={} dim={} index={}", x.shape().str(), dim, index.shape().str());
+}
+
+void gather_backward(Ctx& ctx, const Tensor& dy, int dim, const Tensor& index, Tensor& dx) {
+  const int64_t n = dx.numel();
+  if (n == 0) return;
+  CudaContext& cc = tandem::cuda::cuda_context(ctx);
+  const Launch l = launch_for(n);
+  gather_backward_kernel<<<l.blocks, l.threads, 0, cc.stream()>>>(gather_view(dx.shape(), dim, index.shape()),
+                                                                  dy.data<float>(), index.data<int64_t>(),
+                                                                  dx.data<float>(), n);
+  TANDEM_CUDA_LAUNCH_CHECK("gather_backward_kernel", "dx={} dim={} index={}", dx.shape().str(), dim,
+                           index.shape().str());
 }
 
 }  // namespace tandem::backend::cuda
