@@ -101,6 +101,16 @@ Variable where(ExecutionContext& ctx, const Tensor& cond, const Variable& a, con
 // every index is checked; on CUDA one out of range gives NaN and no gradient.
 Variable gather(ExecutionContext& ctx, const Variable& x, int dim, const Tensor& index);
 
+// torch.topk(x, k, dim, largest, sorted=True): the k largest (or smallest) values along dim and
+// their i64 indices, best first; NaN counts as the largest, ties go to the lower index (the same
+// picks on every backend). The values are gather(x, dim, indices), so their gradient flows back to
+// the picked elements.
+struct TopK {
+  Variable values;
+  Tensor indices;
+};
+TopK topk(ExecutionContext& ctx, const Variable& x, int64_t k, int dim = -1, bool largest = true);
+
 // torch.clamp: below min becomes min, above max becomes max (one of them may be absent; min > max
 // gives max everywhere, as PyTorch). The gradient is 1 inside [min, max], 0 outside; NaN stays NaN.
 Variable clamp(ExecutionContext& ctx, const Variable& x, std::optional<float> min, std::optional<float> max);

@@ -1,4 +1,4 @@
-// composite.h's selection ops: where, gather, clamp, cumsum, one_hot, argmax and nll_loss, over the
+// composite.h's selection ops: where, gather, topk, clamp, cumsum, one_hot, argmax and nll_loss, over the
 // backend's compare, where, cast and gather kernels and the tape's ops.
 #include <algorithm>
 #include <vector>
@@ -65,6 +65,14 @@ Variable gather(ExecutionContext& ctx, const Variable& x, int dim, const Tensor&
   return make_op("gather", std::move(y), {x}, [&ctx, dim, index, x_shape](const Tensor& dy) {
     return std::vector<Tensor>{backend::gather_backward(ctx, dy, dim, index, x_shape)};
   });
+}
+
+TopK topk(ExecutionContext& ctx, const Variable& x, int64_t k, int dim, bool largest) {
+  TANDEM_CHECK(x.shape().rank() >= 1, ErrorCode::kInvalidArgument, "topk: x must have a dimension, got {}",
+               x.value().describe());
+  Tensor indices = backend::topk_indices(ctx, x.value(), k, dim, largest);
+  Variable values = gather(ctx, x, dim, indices);
+  return {std::move(values), std::move(indices)};
 }
 
 Variable clamp(ExecutionContext& ctx, const Variable& x, std::optional<float> min, std::optional<float> max) {

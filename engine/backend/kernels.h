@@ -195,6 +195,9 @@ struct KernelTable {
   // gathered from each element (backend/gather_index.h); the same bits on every backend.
   void (*gather)(Ctx&, const Tensor& x, int dim, const Tensor& index, Tensor& y) = nullptr;
   void (*gather_backward)(Ctx&, const Tensor& dy, int dim, const Tensor& index, Tensor& dx) = nullptr;
+  // torch.topk's indices along the last dimension of a contiguous (rows, n) x: (rows, k) i64, in
+  // backend/topk_order.h's order (largest or smallest first). k <= n.
+  void (*topk_indices)(Ctx&, const Tensor& x, int64_t k, bool largest, Tensor& indices) = nullptr;
   // y = value where mask (u8, broadcast to x's shape) is not 0, else x.
   void (*masked_fill)(Ctx&, const Tensor& x, const Tensor& mask, float value, Tensor& y) = nullptr;
   // y (x's shape with axis of size 1) = the sum, mean or max over axis (sums in double on the CPU;

@@ -202,6 +202,9 @@ Tensor cast(Ctx&, const Tensor& x, DType dtype);
 // passes no gradient.
 Tensor gather(Ctx&, const Tensor& x, int dim, const Tensor& index);
 Tensor gather_backward(Ctx&, const Tensor& dy, int dim, const Tensor& index, const Shape& x_shape);
+// The indices (i64, x's shape with k along dim) of torch.topk(x, k, dim, largest, sorted=True), in
+// backend/topk_order.h's order: NaN counts as the largest, ties go to the lower index.
+Tensor topk_indices(Ctx&, const Tensor& x, int64_t k, int dim, bool largest);
 // Over dims (all of them when empty), keeping each as size 1 when keepdim.
 Tensor reduce(Ctx&, Reduction r, const Tensor& x, std::span<const int> dims, bool keepdim);
 // The shape reduce gives: x's with dims (all when empty) set to 1, or removed without keepdim.

@@ -1,5 +1,6 @@
 // Entry points of the selection kernels: comparisons into u8 masks, where, dtype casts and gather.
 #include <string_view>
+#include <vector>
 
 #include "engine/backend/factories.h"
 #include "engine/backend/kernels.h"
@@ -92,6 +93,29 @@ Tensor gather_backward(Ctx& ctx, const Tensor& dy_in, int dim, const Tensor& ind
   Tensor dx = Tensor::empty(x_shape, DType::kF32, ctx.device());
   entry(table(ctx).gather_backward, op, ctx)(ctx, dy, d, index, dx);
   return dx;
+}
+
+Tensor topk_indices(Ctx& ctx, const Tensor& x_in, int64_t k, int dim, bool largest) {
+  constexpr std::string_view op = "topk";
+  check_tensor(op, "x", x_in, ctx, DType::kF32, -1, "");
+  const Shape s = x_in.shape();
+  const int d = normalize_dim(op, dim, s.rank() > 0 ? s.rank() : 1);
+  const int64_t n = s.rank() > 0 ? s[d] : 1;
+  TANDEM_CHECK(k >= 0 && k <= n, ErrorCode::kInvalidArgument, "{}: k {} is outside [0, {}] (dimension {} of {})", op,
+               k, n, d, s.str());
+  const int last = s.rank() > 0 ? s.rank() - 1 : 0;
+  const Tensor moved = contiguous(ctx, d == last ? x_in : transpose(ctx, x_in, d, last));
+  std::vector<int64_t> dims(moved.shape().dims().begin(), moved.shape().dims().end());
+  if (dims.empty()) dims.push_back(1);
+  dims.back() = k;
+  Tensor indices = Tensor::empty(Shape(std::span<const int64_t>(dims)), DType::kI64, ctx.device());
+  const int64_t rows = n > 0 ? moved.numel() / n : 0;
+  if (rows > 0 && k > 0) {
+    Tensor flat_indices = indices.reshape(Shape{rows, k});
+    entry(table(ctx).topk_indices, op, ctx)(ctx, moved.reshape(Shape{rows, n}), k, largest, flat_indices);
+  }
+  if (s.rank() == 0) return indices.reshape(Shape{});
+  return d == last ? indices : contiguous(ctx, transpose(ctx, indices, d, last));
 }
 
 }  // namespace tandem::backend

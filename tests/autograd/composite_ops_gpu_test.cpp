@@ -1,7 +1,7 @@
 // The composite ops (engine/autograd/composite.h) on CUDA against the CPU backend: values and
 // gradients of stack, var and std, tril and triu, the MSE, L1, smooth L1, BCE-with-logits and KL losses,
-// index_select, rms_norm, group_norm, conv1d, pad and einsum, where, gather, clamp, cumsum and nll_loss, on the
-// same random inputs; and the selection kernels' integer results (compare, cast, one_hot, argmax)
+// index_select, rms_norm, group_norm, conv1d, pad and einsum, where, gather, topk, clamp, cumsum and nll_loss, on the
+// same random inputs; and the selection kernels' integer results (compare, cast, one_hot, argmax, topk)
 // bit for bit. They add no kernel of their own; this holds their chains (and the new
 // unary kernels under them) together on the GPU.
 #include <gtest/gtest.h>
@@ -145,6 +145,11 @@ TEST(CudaCompositeOps, SelectionMatchesTheCpu) {
   for (int i = 0; i < 3; ++i) ids.data<int64_t>()[i] = t[2 + i];
   same_bytes(one_hot(cuda, ids.to(cuda.device()), 40), one_hot(cpu, ids, 40), "one_hot");
   same_bytes(argmax(cuda, Variable(odd.to(cuda.device())), 1), argmax(cpu, Variable(odd), 1), "argmax");
+  for (bool largest : {true, false}) {
+    same_bytes(topk(cuda, Variable(odd.to(cuda.device())), 7, 1, largest).indices, topk(cpu, Variable(odd), 7, 1, largest).indices,
+               "topk");
+  }
+  expect_match("topk values", [](auto& ctx, const auto& v) { return topk(ctx, v[0], 5, 0).values; }, {a});
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 // differences, and their errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -233,6 +234,34 @@ TEST_F(SelectOpsTest, GatherPicksAlongDimAndSumsRepeatsInItsGradient) {
   expect_error([&] { gather(ctx_, Variable(x), 1, i64({4, 1}, {0, 0, 0, 0})); },
                "index [4, 1] is larger than x [3, 4] in dimension 0");
   expect_error([&] { gather(ctx_, Variable(x), 1, i64({3}, {0, 0, 0})); }, "index");
+}
+
+TEST_F(SelectOpsTest, TopkTakesTheBestFirstWithNanLargestAndTiesToTheLowerIndex) {
+  const Tensor x = f32({2, 5}, {3, 1, 3, kNan, -kInf, 0, 2, 2, 7, -1});
+  const TopK top = topk(ctx_, Variable(x), 3);
+  EXPECT_EQ(top.indices.shape(), (Shape{2, 3}));
+  EXPECT_EQ(values<int64_t>(top.indices), (std::vector<int64_t>{3, 0, 2, 3, 1, 2}));
+  const std::vector<float> tv = values<float>(top.values.value());
+  EXPECT_TRUE(std::isnan(tv[0]));
+  EXPECT_EQ(std::vector<float>(tv.begin() + 1, tv.end()), (std::vector<float>{3, 3, 7, 2, 2}));
+  EXPECT_EQ(values<int64_t>(topk(ctx_, Variable(x), 2, 1, false).indices), (std::vector<int64_t>{4, 1, 4, 0}));
+  EXPECT_EQ(values<int64_t>(topk(ctx_, Variable(x), 1, 0).indices), (std::vector<int64_t>{0, 1, 0, 0, 1}));
+  EXPECT_EQ(topk(ctx_, Variable(x), 0).indices.shape(), (Shape{2, 0}));
+  // Against a sort of each row of random values, along dim 1 of a 3-D tensor.
+  const Tensor r = random_tensor({2, 6, 3}, 9);
+  const std::vector<float> rv = values<float>(r);
+  const std::vector<int64_t> got = values<int64_t>(topk(ctx_, Variable(r), 4, 1).indices);
+  for (int64_t i = 0; i < 2; ++i) {
+    for (int64_t c = 0; c < 3; ++c) {
+      std::vector<int64_t> order{0, 1, 2, 3, 4, 5};
+      std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+        return rv[static_cast<size_t>((i * 6 + a) * 3 + c)] > rv[static_cast<size_t>((i * 6 + b) * 3 + c)];
+      });
+      for (int64_t j = 0; j < 4; ++j) EXPECT_EQ(got[static_cast<size_t>((i * 4 + j) * 3 + c)], order[j]);
+    }
+  }
+  expect_grads([&](const auto& in) { return topk(ctx_, in[0], 2, 1).values; }, {r}, "topk");
+  expect_error([&] { topk(ctx_, Variable(x), 6); }, "k 6 is outside [0, 5]");
 }
 
 // A trace would keep their masks and indices as constants of the example input: they refuse.

@@ -1,14 +1,17 @@
 // Selection kernels on the CPU: comparisons into u8 masks, where, dtype casts and gather; each
 // element read through its operand's view, on the context's threads when large.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
+#include <vector>
 
 #include "engine/backend/cpu/cpu_kernels.h"
 #include "engine/backend/cpu/dnnl_util.h"
 #include "engine/backend/cpu/parallel.h"
 #include "engine/backend/gather_index.h"
+#include "engine/backend/topk_order.h"
 #include "engine/backend/nd_index.h"
 
 namespace tandem::backend::cpu {
@@ -121,6 +124,22 @@ void gather_backward(Ctx& ctx, const Tensor& dy, int dim, const Tensor& index, T
   const float* g = dy.data<float>();
   float* out = dx.data<float>();
   each(dx.numel(), [&](int64_t e) { out[e] = view.backward_sum(e, id, g); });
+}
+
+void topk_indices(Ctx& ctx, const Tensor& x, int64_t k, bool largest, Tensor& indices) {
+  apply_thread_budget(ctx);
+  const int64_t rows = x.dim(0), n = x.dim(1);
+  const float* px = x.data<float>();
+  int64_t* out = indices.data<int64_t>();
+#pragma omp parallel for schedule(static) if (rows * n >= kParallelGrain)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = px + r * n;
+    std::vector<int64_t> order(static_cast<size_t>(n));
+    for (int64_t c = 0; c < n; ++c) order[static_cast<size_t>(c)] = c;
+    std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                      [&](int64_t a, int64_t b) { return topk_before(row[a], a, row[b], b, largest); });
+    std::copy(order.begin(), order.begin() + k, out + r * k);
+  }
 }
 
 }  // namespace tandem::backend::cpu

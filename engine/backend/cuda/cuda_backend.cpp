@@ -64,6 +64,7 @@ const KernelTable& kernel_table() {
     t.cast = cast;
     t.gather = gather;
     t.gather_backward = gather_backward;
+    t.topk_indices = topk_indices;
     t.reduce_axis = reduce_axis;
     t.max_axis_backward = max_axis_backward;
     t.softmax = softmax;

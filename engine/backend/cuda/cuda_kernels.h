@@ -119,6 +119,7 @@ void where(Ctx&, const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& y
 void cast(Ctx&, const Tensor& x, Tensor& y);
 void gather(Ctx&, const Tensor& x, int dim, const Tensor& index, Tensor& y);
 void gather_backward(Ctx&, const Tensor& dy, int dim, const Tensor& index, Tensor& dx);
+void topk_indices(Ctx&, const Tensor& x, int64_t k, bool largest, Tensor& indices);
 
 // cuda_reduce_ops.cu
 void reduce_axis(Ctx&, Reduction r, const Tensor& x, int axis, Tensor& y);

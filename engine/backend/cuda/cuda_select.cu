@@ -15,6 +15,7 @@
 #include "engine/backend/cuda/cuda_kernels.h"
 #include "engine/backend/cuda/cuda_reduce.cuh"
 #include "engine/backend/gather_index.h"
+#include "engine/backend/topk_order.h"
 #include "engine/backend/nd_index.h"
 
 namespace tandem::backend::cuda {
@@ -77,6 +78,52 @@ __global__ void gather_kernel(GatherView view, const float* x, const int64_t* in
 
 __global__ void gather_backward_kernel(GatherView view, const float* dy, const int64_t* index, float* dx, int64_t n) {
   for (int64_t e = global_thread_index(); e < n; e += grid_stride()) dx[e] = view.backward_sum(e, index, dy);
+}
+
+constexpr int kTopkThreads = 256;
+
+// One block per row (rows strided over the grid): k rounds, each a block-wide search for the first
+// element in topk_before's order among those not taken yet, which thread 0 then marks taken.
+__global__ void __launch_bounds__(kTopkThreads) topk_kernel(const float* x, int64_t rows, int64_t n, int64_t k,
+                                                             bool largest, uint8_t* taken, int64_t* out) {
+  __shared__ float best_value[kTopkThreads];
+  __shared__ int64_t best_index[kTopkThreads];
+  const int t = threadIdx.x;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float* row = x + r * n;
+    uint8_t* row_taken = taken + r * n;
+    for (int64_t c = t; c < n; c += kTopkThreads) row_taken[c] = 0;
+    __syncthreads();
+    for (int64_t j = 0; j < k; ++j) {
+      float value = 0.0f;
+      int64_t index = -1;
+      for (int64_t c = t; c < n; c += kTopkThreads) {
+        if (row_taken[c] == 0 && (index < 0 || topk_before(row[c], c, value, index, largest))) {
+          value = row[c];
+          index = c;
+        }
+      }
+      best_value[t] = value;
+      best_index[t] = index;
+      __syncthreads();
+      for (int stride = kTopkThreads / 2; stride > 0; stride /= 2) {
+        if (t < stride) {
+          const int o = t + stride;
+          if (best_index[o] >= 0 &&
+              (best_index[t] < 0 || topk_before(best_value[o], best_index[o], best_value[t], best_index[t], largest))) {
+            best_value[t] = best_value[o];
+            best_index[t] = best_index[o];
+          }
+        }
+        __syncthreads();
+      }
+      if (t == 0) {
+        out[r * k + j] = best_index[0];
+        row_taken[best_index[0]] = 1;
+      }
+      __syncthreads();
+    }
+  }
 }
 
 template <typename From, typename To>
@@ -156,6 +203,18 @@ void gather_backward(Ctx& ctx, const Tensor& dy, int dim, const Tensor& index, T
                                                                   dx.data<float>(), n);
   TANDEM_CUDA_LAUNCH_CHECK("gather_backward_kernel", "dx={} dim={} index={}", dx.shape().str(), dim,
                            index.shape().str());
+}
+
+void topk_indices(Ctx& ctx, const Tensor& x, int64_t k, bool largest, Tensor& indices) {
+  const int64_t rows = x.dim(0), n = x.dim(1);
+  if (rows == 0 || k == 0) return;
+  CudaContext& cc = tandem::cuda::cuda_context(ctx);
+  // The taken marks, n bytes a row (scratch on the context's device, as embedding_backward's).
+  Tensor taken = Tensor::empty({rows, n}, DType::kU8, ctx.device());
+  const unsigned blocks = static_cast<unsigned>(rows < 4096 ? rows : 4096);
+  topk_kernel<<<blocks, kTopkThreads, 0, cc.stream()>>>(x.data<float>(), rows, n, k, largest, taken.data<uint8_t>(),
+                                                        indices.data<int64_t>());
+  TANDEM_CUDA_LAUNCH_CHECK("topk_kernel", "x={} k={} largest={}", x.shape().str(), k, largest);
 }
 
 }  // namespace tandem::backend::cuda
