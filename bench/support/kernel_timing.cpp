@@ -123,6 +123,13 @@ void install_timed_kernels(DeviceType type, int64_t batch, std::function<void()>
   TANDEM_TIME_KERNEL(unary);
   TANDEM_TIME_KERNEL(unary_backward);
   TANDEM_TIME_KERNEL(masked_fill);
+  // The selection kernels (comparisons, where, casts, gather and topk of autograd/composite.h).
+  TANDEM_TIME_KERNEL(compare);
+  TANDEM_TIME_KERNEL(where);
+  TANDEM_TIME_KERNEL(cast);
+  TANDEM_TIME_KERNEL(gather);
+  TANDEM_TIME_KERNEL(gather_backward);
+  TANDEM_TIME_KERNEL(topk_indices);
   TANDEM_TIME_KERNEL(reduce_axis);
   TANDEM_TIME_KERNEL(max_axis_backward);
   TANDEM_TIME_KERNEL(softmax);

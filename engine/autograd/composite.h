@@ -51,6 +51,8 @@ Variable binary_cross_entropy_with_logits(ExecutionContext& ctx, const Variable&
 // log_target, log-probabilities). Per element target (log target - input), 0 where target is 0
 // (PyTorch's xlogy), or exp(target) (target - input) with log_target. kMean averages every element
 // as PyTorch's 'mean' does; kBatchMean, the KL divergence's true mean, divides the sum by the batch size.
+// Where the target is 0 and takes a gradient, that gradient is log(FLT_MIN) - input (PyTorch's xlogy
+// gives NaN there); the loss's value and the input's gradient are PyTorch's.
 Variable kl_div(ExecutionContext& ctx, const Variable& input, const Variable& target,
                 LossReduction reduction = LossReduction::kMean, bool log_target = false);
 
@@ -58,7 +60,8 @@ Variable kl_div(ExecutionContext& ctx, const Variable& input, const Variable& ta
 
 // torch.index_select: the slices of x at `index` (i64, 1-D or a single value) along dim, in index's
 // order, repeats allowed; the gradient of a repeated slice is the sum of its copies' (embedding's
-// deterministic backward: the same bits every run). f32 x.
+// deterministic backward: the same bits every run). f32 x. An index out of range is an error on the
+// CPU and NaN on CUDA (embedding's rule: the device cannot report it).
 Variable index_select(ExecutionContext& ctx, const Variable& x, int dim, const Tensor& index);
 
 // F.rms_norm over the last normalized_dims dimensions: x / sqrt(mean(x^2) + eps), times weight (of
@@ -112,7 +115,8 @@ struct TopK {
 TopK topk(ExecutionContext& ctx, const Variable& x, int64_t k, int dim = -1, bool largest = true);
 
 // torch.clamp: below min becomes min, above max becomes max (one of them may be absent; min > max
-// gives max everywhere, as PyTorch). The gradient is 1 inside [min, max], 0 outside; NaN stays NaN.
+// gives max everywhere, as PyTorch). The gradient is 1 inside [min, max], 0 outside and at a NaN,
+// which stays NaN.
 Variable clamp(ExecutionContext& ctx, const Variable& x, std::optional<float> min, std::optional<float> max);
 
 // torch.cumsum along dim, by log2(n) shifted adds (f32 additions, no matmul, so precision: bf16

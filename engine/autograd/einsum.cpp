@@ -23,7 +23,7 @@ struct Equation {
 
 bool is_letter(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
 
-std::string checked_term(std::string_view equation, std::string_view term) {
+std::string checked_term(std::string_view equation, std::string_view term, bool output = false) {
   std::string letters;
   for (char c : term) {
     if (c == ' ') continue;
@@ -32,6 +32,8 @@ std::string checked_term(std::string_view equation, std::string_view term) {
     TANDEM_CHECK(is_letter(c), ErrorCode::kInvalidArgument,
                  "einsum: '{}' holds '{}'; subscripts are letters a-z and A-Z, operands split by ',' and '->'",
                  equation, c);
+    TANDEM_CHECK(!output || letters.find(c) == std::string::npos, ErrorCode::kInvalidArgument,
+                 "einsum: output letter '{}' repeats in '{}'", c, equation);
     TANDEM_CHECK(letters.find(c) == std::string::npos, ErrorCode::kUnimplemented,
                  "einsum: letter '{}' repeats in term '{}' of '{}' (a diagonal), which is not supported yet", c, term,
                  equation);
@@ -51,7 +53,7 @@ Equation parse(std::string_view equation) {
     start = comma + 1;
   }
   if (arrow != std::string_view::npos) {
-    e.output = checked_term(equation, equation.substr(arrow + 2));
+    e.output = checked_term(equation, equation.substr(arrow + 2), true);
     for (char c : e.output) {
       const bool found = std::any_of(e.inputs.begin(), e.inputs.end(),
                                      [c](const std::string& in) { return in.find(c) != std::string::npos; });
@@ -124,10 +126,15 @@ Labelled contract(ExecutionContext& ctx, Labelled a, Labelled b, const std::stri
   const int64_t nb = product(pa, batch), nk = product(pa, summed);
   const Variable ma = reshape(ctx, pa.x, {nb, product(pa, left), nk});
   const Variable mb = reshape(ctx, pb.x, {nb, nk, product(pb, right)});
+  const std::string kept = batch + left + right;
+  TANDEM_CHECK(static_cast<int>(kept.size()) <= Shape::kMaxRank, ErrorCode::kUnimplemented,
+               "einsum: contracting '{}' with '{}' keeps {} letters ('{}'), past the maximum rank {}: put operands "
+               "that share letters next to each other",
+               a.letters, b.letters, kept.size(), kept, Shape::kMaxRank);
   std::vector<int64_t> dims;
   for (char c : batch + left) dims.push_back(size_of(pa, c));
   for (char c : right) dims.push_back(size_of(pb, c));
-  return {reshape(ctx, matmul(ctx, ma, mb), std::span<const int64_t>(dims)), batch + left + right};
+  return {reshape(ctx, matmul(ctx, ma, mb), std::span<const int64_t>(dims)), kept};
 }
 
 void check_operands(std::string_view equation, const Equation& e, std::span<const Variable> operands) {

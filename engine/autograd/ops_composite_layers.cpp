@@ -21,7 +21,8 @@ Variable reshape_to(ExecutionContext& ctx, const Variable& x, const std::vector<
 void check_index(const Tensor& index, int64_t size, int dim) {
   TANDEM_CHECK(index.dtype() == DType::kI64 && index.shape().rank() <= 1, ErrorCode::kInvalidArgument,
                "index_select: index must be a 1-D (or single-value) int64 tensor, got {}", index.describe());
-  if (!index.device().is_cpu()) return;  // the device's embedding kernel checks there
+  // On a GPU the ids stay there: embedding's kernel gives NaN rows for an id out of range.
+  if (!index.device().is_cpu()) return;
   const Tensor host = index.to_format(MemoryFormat::kContiguous);
   const int64_t* id = host.data<int64_t>();
   for (int64_t i = 0; i < host.numel(); ++i) {
@@ -148,7 +149,10 @@ Variable group_norm(ExecutionContext& ctx, const Variable& x, int64_t groups, co
     TANDEM_CHECK(!p->defined() || p->shape() == Shape{s[1]}, ErrorCode::kInvalidArgument,
                  "group_norm: weight and bias must have shape [{}] (one per channel), got {}", s[1], p->shape().str());
   }
-  Variable y = layer_norm(ctx, reshape_to(ctx, x, {s[0], groups, -1}), 1, {}, {}, eps);
+  // The group's size written out: a -1 beside an empty batch would be ambiguous (reshape refuses it).
+  int64_t group_size = s[1] / groups;
+  for (int k = 2; k < s.rank(); ++k) group_size *= s[k];
+  Variable y = layer_norm(ctx, reshape_to(ctx, x, {s[0], groups, group_size}), 1, {}, {}, eps);
   y = reshape(ctx, y, s);
   std::vector<int64_t> per_channel(static_cast<size_t>(s.rank()), 1);
   per_channel[1] = s[1];

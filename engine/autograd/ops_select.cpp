@@ -1,6 +1,7 @@
 // composite.h's selection ops: where, gather, topk, clamp, cumsum, one_hot, argmax and nll_loss, over the
 // backend's compare, where, cast and gather kernels and the tape's ops.
 #include <algorithm>
+#include <limits>
 #include <vector>
 
 #include "engine/autograd/composite.h"
@@ -82,7 +83,9 @@ Variable clamp(ExecutionContext& ctx, const Variable& x, std::optional<float> mi
   Variable y = x;
   if (min) y = masked_fill(ctx, y, backend::compare(ctx, CompareOp::kLt, y.value(), *min), *min);
   if (max) y = masked_fill(ctx, y, backend::compare(ctx, CompareOp::kGt, y.value(), *max), *max);
-  return y;
+  // A NaN stays NaN but, as in PyTorch (x >= min and x <= max fail), passes no gradient.
+  return masked_fill(ctx, y, backend::compare(ctx, CompareOp::kNe, x.value(), x.value()),
+                     std::numeric_limits<float>::quiet_NaN());
 }
 
 Variable cumsum(ExecutionContext& ctx, const Variable& x, int dim) {

@@ -114,7 +114,7 @@ Tensor topk_indices(Ctx& ctx, const Tensor& x_in, int64_t k, int dim, bool large
     Tensor flat_indices = indices.reshape(Shape{rows, k});
     entry(table(ctx).topk_indices, op, ctx)(ctx, moved.reshape(Shape{rows, n}), k, largest, flat_indices);
   }
-  if (s.rank() == 0) return indices.reshape(Shape{});
+  if (s.rank() == 0) return k == 0 ? indices : indices.reshape(Shape{});
   return d == last ? indices : contiguous(ctx, transpose(ctx, indices, d, last));
 }
 

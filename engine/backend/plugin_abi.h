@@ -27,7 +27,9 @@ extern "C" {
 //     entries (conv2d_forward's y, training batch norm's x, linear_forward's y and b, unary's x and
 //     y, unary_backward's x, layer_norm_forward's y, packed attention's qkv and y), which a plugin
 //     of an older contract would refuse by dtype; UnaryOp gained sigmoid, silu, abs, sin and cos.
-inline constexpr int kTandemCudaPluginAbi = 14;
+// 15: the kernel table gained compare, where, cast, gather, gather_backward and topk_indices
+//     (before masked_fill: every later entry moved); CompareOp.
+inline constexpr int kTandemCudaPluginAbi = 15;
 inline constexpr const char* kTandemCudaPluginEntry = "tandem_cuda_plugin_init";
 // Returns the kernel table without initialising CUDA (no driver call): for tests and the doctor.
 inline constexpr const char* kTandemCudaKernelTableEntry = "tandem_cuda_kernel_table";

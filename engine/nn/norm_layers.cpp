@@ -5,7 +5,8 @@
 
 namespace tandem::nn {
 
-RMSNorm::RMSNorm(int64_t normalized_shape, std::optional<float> eps, bool elementwise_affine) : eps_(eps) {
+RMSNorm::RMSNorm(int64_t normalized_shape, std::optional<float> eps, bool elementwise_affine)
+    : normalized_shape_(normalized_shape), eps_(eps) {
   TANDEM_CHECK(normalized_shape > 0 && eps.value_or(0.0f) >= 0.0f, ErrorCode::kInvalidArgument,
                "RMSNorm: normalized_shape {} must be positive and eps {} non-negative", normalized_shape,
                eps.value_or(0.0f));
@@ -16,11 +17,14 @@ RMSNorm::RMSNorm(int64_t normalized_shape, std::optional<float> eps, bool elemen
 }
 
 Variable RMSNorm::forward(ExecutionContext& ctx, const Variable& x) {
+  const Shape s = x.shape();
+  TANDEM_CHECK(s.rank() >= 1 && s[s.rank() - 1] == normalized_shape_, ErrorCode::kInvalidArgument,
+               "RMSNorm: input {} must end in normalized_shape {}", s.str(), normalized_shape_);
   return autograd::rms_norm(ctx, x, 1, weight_, eps_);
 }
 
 GroupNorm::GroupNorm(int64_t num_groups, int64_t num_channels, float eps, bool affine)
-    : groups_(num_groups), eps_(eps) {
+    : groups_(num_groups), channels_(num_channels), eps_(eps) {
   TANDEM_CHECK(num_groups > 0 && num_channels > 0 && num_channels % num_groups == 0 && eps > 0.0f,
                ErrorCode::kInvalidArgument,
                "GroupNorm: num_channels {} must be a positive multiple of num_groups {}, and eps {} positive",
@@ -33,9 +37,8 @@ GroupNorm::GroupNorm(int64_t num_groups, int64_t num_channels, float eps, bool a
 }
 
 Variable GroupNorm::forward(ExecutionContext& ctx, const Variable& x) {
-  TANDEM_CHECK(x.shape().rank() >= 2 && (!weight_.defined() || x.shape()[1] == weight_.shape()[0]),
-               ErrorCode::kInvalidArgument, "GroupNorm: input {} must be (N, C, ...) with C = num_channels {}",
-               x.shape().str(), weight_.defined() ? weight_.shape()[0] : x.shape()[1]);
+  TANDEM_CHECK(x.shape().rank() >= 2 && x.shape()[1] == channels_, ErrorCode::kInvalidArgument,
+               "GroupNorm: input {} must be (N, C, ...) with C = num_channels {}", x.shape().str(), channels_);
   return autograd::group_norm(ctx, x, groups_, weight_, bias_, eps_);
 }
 

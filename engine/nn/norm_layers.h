@@ -16,6 +16,7 @@ class RMSNorm : public Module {
   Variable forward(ExecutionContext& ctx, const Variable& x) override;
 
  private:
+  int64_t normalized_shape_;
   std::optional<float> eps_;
   Variable weight_;
 };
@@ -27,7 +28,7 @@ class GroupNorm : public Module {
   Variable forward(ExecutionContext& ctx, const Variable& x) override;  // (N, C, ...) -> same shape
 
  private:
-  int64_t groups_;
+  int64_t groups_, channels_;
   float eps_;
   Variable weight_, bias_;
 };

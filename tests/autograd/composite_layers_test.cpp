@@ -119,6 +119,7 @@ TEST_F(CompositeLayersTest, GroupNormNormalisesEachGroupThenScalesEachChannel) {
   }
   expect_values(y, want, 1e-5, "group_norm");
   expect_grads([&](const auto& in) { return group_norm(ctx_, in[0], 3, in[1], in[2]); }, {x, w, b}, "group_norm");
+  EXPECT_EQ(group_norm(ctx_, Variable(Tensor::empty({0, 6, 3})), 3).shape(), (Shape{0, 6, 3}));  // an empty batch
   expect_error([&] { group_norm(ctx_, Variable(x), 4); }, "C divisible by groups 4");
   expect_error([&] { group_norm(ctx_, Variable(x), 3, Variable(b), Variable(random_tensor({3}, 1))); },
                "must have shape [6]");

@@ -149,6 +149,12 @@ TEST(CudaCompositeOps, SelectionMatchesTheCpu) {
     same_bytes(topk(cuda, Variable(odd.to(cuda.device())), 7, 1, largest).indices, topk(cpu, Variable(odd), 7, 1, largest).indices,
                "topk");
   }
+  // Rows longer than a block (1000 > 256 threads), with ties and NaN, and more rows than blocks (4100 > 4096).
+  Tensor wide = random_tensor({4100, 1000}, 16, -2.0f, 2.0f);
+  for (int64_t i = 0; i < wide.numel(); i += 97) wide.data<float>()[i] = 0.5f;
+  for (int64_t i = 0; i < wide.numel(); i += 4999) wide.data<float>()[i] = NAN;
+  same_bytes(topk(cuda, Variable(wide.to(cuda.device())), 9).indices, topk(cpu, Variable(wide), 9).indices,
+             "topk of long rows");
   expect_match("topk values", [](auto& ctx, const auto& v) { return topk(ctx, v[0], 5, 0).values; }, {a});
 }
 

@@ -114,6 +114,9 @@ TEST_F(EinsumTest, ErrorsNameTheEquationAndTheFault) {
   expect_error("ij->iz", {Shape{2, 3}}, ErrorCode::kInvalidArgument, "output letter 'z'");
   expect_error("i1->i", {Shape{2, 3}}, ErrorCode::kInvalidArgument, "holds '1'");
   expect_error("ii->i", {Shape{3, 3}}, ErrorCode::kUnimplemented, "letter 'i' repeats in term 'ii'");
+  expect_error("ij->ii", {Shape{3, 3}}, ErrorCode::kInvalidArgument, "output letter 'i' repeats");
+  expect_error("abcd,efgh,abcd,efgh->", {Shape{1, 1, 1, 1}, Shape{1, 1, 1, 1}, Shape{1, 1, 1, 1}, Shape{1, 1, 1, 1}},
+               ErrorCode::kUnimplemented, "keeps 8 letters ('abcdefgh'), past the maximum rank 6");
   expect_error("...ij->ij", {Shape{2, 3}}, ErrorCode::kUnimplemented, "'...'");
 }
 

@@ -129,6 +129,9 @@ TEST_F(SelectOpsTest, ClampAsPyTorchIncludingItsGradientAndMinAboveMax) {
   sum(ctx_, clamp(ctx_, v, -1.0f, 1.0f)).backward(&ctx_);
   const std::vector<float> xv = values<float>(v.value()), g = values<float>(v.grad());
   for (size_t i = 0; i < xv.size(); ++i) EXPECT_EQ(g[i], std::abs(xv[i]) <= 1.0f ? 1.0f : 0.0f) << xv[i];
+  Variable with_nan(x, true);  // a NaN passes no gradient, as in PyTorch
+  sum(ctx_, clamp(ctx_, with_nan, -1.0f, 1.0f)).backward(&ctx_);
+  EXPECT_EQ(values<float>(with_nan.grad()), (std::vector<float>{0, 1, 1, 1, 0, 0}));
   expect_error([&] { clamp(ctx_, Variable(x), std::nullopt, std::nullopt); }, "at least one of min and max");
 }
 

@@ -54,6 +54,8 @@ TEST(NormConv1dLayers, RmsNormHasAWeightOfOnesAndCallsRmsNorm) {
   expect_same(norm.forward(ctx, x), autograd::rms_norm(ctx, x, 1, norm.named_parameters()[0].second));
   EXPECT_TRUE(names(RMSNorm(8, 1e-6f, false)).empty());
   expect_invalid([] { RMSNorm(0); }, "normalized_shape 0 must be positive");
+  RMSNorm bare(8, 1e-6f, false);
+  expect_invalid([&] { bare.forward(ctx, Variable(random_tensor({3, 7}, 2))); }, "must end in normalized_shape 8");
 }
 
 TEST(NormConv1dLayers, GroupNormHasPerChannelWeightAndBias) {
@@ -66,6 +68,8 @@ TEST(NormConv1dLayers, GroupNormHasPerChannelWeightAndBias) {
   EXPECT_TRUE(names(GroupNorm(3, 6, 1e-5f, false)).empty());
   expect_invalid([] { GroupNorm(4, 6); }, "num_channels 6 must be a positive multiple of num_groups 4");
   expect_invalid([&] { norm.forward(ctx, Variable(random_tensor({2, 4, 4}, 3))); }, "C = num_channels 6");
+  GroupNorm plain(3, 6, 1e-5f, false);
+  expect_invalid([&] { plain.forward(ctx, Variable(random_tensor({2, 4, 4}, 3))); }, "C = num_channels 6");
 }
 
 TEST(NormConv1dLayers, Conv1dHasPyTorchsShapesAndInitialisationBound) {
