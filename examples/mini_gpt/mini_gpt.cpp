@@ -1,4 +1,4 @@
-// A decoder-only transformer written as with libtorch (the model is the 38 lines between the
+// A decoder-only transformer written as with libtorch (the model is 39 non-blank lines between the
 // markers): token and position embeddings, pre-norm blocks of RMSNorm, causal self-attention on a
 // packed q/k/v projection and a SiLU MLP, in a ModuleList, then a final RMSNorm and the vocabulary
 // head. It learns to continue sequences that repeat their first 4 tokens, which only attention can
