@@ -26,27 +26,13 @@ Tensor i64_tensor(const std::vector<int64_t>& v) {
   return t;
 }
 
-class CompositeLayersTest : public ::testing::Test {
+class CompositeLayersTest : public tandem::testing::OpTest {
  protected:
-  void expect_grads(const Fn& f, const std::vector<Tensor>& inputs, const char* what) {
-    GradCheckResult r = check_gradients(ctx_, f, inputs);
-    EXPECT_TRUE(r.ok) << what << ": " << r.worst;
-  }
   void expect_values(const Tensor& got, const std::vector<double>& want, double tol, const char* what) {
     const std::vector<float> g = got.to_vector();
     ASSERT_EQ(g.size(), want.size()) << what;
     for (size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(g[i], want[i], tol) << what << " element " << i;
   }
-  void expect_error(const std::function<void()>& f, const std::string& part) {
-    try {
-      f();
-      ADD_FAILURE() << "accepted; expected an error with '" << part << "'";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
-      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-    }
-  }
-  ExecutionContext ctx_{Device::cpu(), 2, 1};
 };
 
 TEST_F(CompositeLayersTest, IndexSelectTakesSlicesInIndexOrderAlongAnyDim) {

@@ -20,24 +20,7 @@ namespace {
 
 using tandem::testing::random_tensor;
 
-class CompositeOpsTest : public ::testing::Test {
- protected:
-  void expect_grads(const std::function<Variable(const std::vector<Variable>&)>& f, const std::vector<Tensor>& inputs,
-                    const char* what) {
-    GradCheckResult r = check_gradients(ctx_, f, inputs);
-    EXPECT_TRUE(r.ok) << what << ": " << r.worst;
-  }
-  void expect_error(const std::function<void()>& f, const std::string& part) {
-    try {
-      f();
-      ADD_FAILURE() << "accepted; expected an error with '" << part << "'";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << e.what();
-      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
-    }
-  }
-  ExecutionContext ctx_{Device::cpu(), 2, 1};
-};
+using CompositeOpsTest = tandem::testing::OpTest;
 
 TEST_F(CompositeOpsTest, StackInsertsTheNewDimensionWhereAsked) {
   const Tensor a = random_tensor({2, 3}, 1), b = random_tensor({2, 3}, 2);
